@@ -1,0 +1,34 @@
+"""aiovec: many Gymnasium environments behind one awaitable vector env.
+
+``AsyncVectorEnv`` is the async core; ``VectorEnv`` is its drop-in synchronous shim (a real
+``gymnasium.vector.VectorEnv``); ``make_vec`` / ``make_async_vec`` build them from an env id.
+"""
+
+from aiovec._core._vector_env import AsyncVectorEnv as AsyncVectorEnv
+from aiovec._exceptions import AiovecError as AiovecError
+from aiovec._exceptions import BusyError as BusyError
+from aiovec._exceptions import ClosedError as ClosedError
+from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
+from aiovec._exceptions import NotStartedError as NotStartedError
+from aiovec._exceptions import ResetNeededError as ResetNeededError
+from aiovec._exceptions import SubEnvError as SubEnvError
+from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "AiovecError",
+    "AsyncVectorEnv",
+    "BusyError",
+    "ClosedError",
+    "EnvTimeoutError",
+    "NotStartedError",
+    "ResetNeededError",
+    "SubEnvError",
+    "SubEnvErrorGroup",
+)
+
+# Report the public names as aiovec's own: shorter tracebacks, stable pickles.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -1,0 +1,101 @@
+"""The small interface every backend implements, and the in-flight request it returns.
+
+A backend hosts the sub-envs somewhere (the event loop's thread, dedicated threads, worker
+processes, …) and serves ``Op`` requests on them. It knows nothing about batching, seeding or
+info merging: the async core does that, once, for every backend.
+
+A request is fire-and-forget (``submit`` never blocks); its ``Pending`` collects the replies,
+in any order, from any thread. Replies to a request that nobody awaits any more (the caller
+was cancelled or timed out) land in that request's own ``Pending`` and are dropped with it, so a
+late reply can never be taken for the answer to a newer request.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from aiovec._core._slot import Op
+
+__all__ = ["NO_REPLY", "Backend", "Pending"]
+
+
+class _NoReply:
+    """Marks a position in ``Pending.replies`` whose sub-env has not answered yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+NO_REPLY: Any = _NoReply()
+
+
+class Pending(abc.ABC):
+    """Replies to one request, one per addressed sub-env, in the order of ``env_indices``."""
+
+    __slots__ = ("env_indices", "op", "replies")
+
+    def __init__(self, op: Op, env_indices: Sequence[int]) -> None:
+        self.op = op
+        self.env_indices = tuple(env_indices)
+        self.replies: list[Any] = [NO_REPLY] * len(self.env_indices)
+
+    @abc.abstractmethod
+    async def wait(self) -> None:
+        """Return once every addressed sub-env has replied (cancellable)."""
+
+    def unanswered(self) -> list[int]:
+        """The indices of the sub-envs that still owe a reply."""
+        return [index for index, reply in zip(self.env_indices, self.replies)
+                if reply is NO_REPLY]
+
+
+class Backend(abc.ABC):
+    """Hosts ``len(env_fns)`` sub-envs and serves requests on them."""
+
+    name: ClassVar[str]
+    #: True when the sub-envs live in this process, so their objects can be read directly.
+    in_process: ClassVar[bool]
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        autoreset_mode: AutoresetMode,
+    ) -> None:
+        self.env_fns = list(env_fns)
+        self.num_envs = len(self.env_fns)
+        self.autoreset_mode = autoreset_mode
+
+    @abc.abstractmethod
+    async def start(self) -> Pending:
+        """Make every sub-env (``Op.MAKE``); the replies are ``EnvDescription`` or ``Failure``."""
+
+    @abc.abstractmethod
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
+        """Send ``op`` to each sub-env in ``env_indices`` with its payload; never blocks."""
+
+    @abc.abstractmethod
+    async def aclose(self, timeout: float) -> Pending | None:
+        """Close every sub-env and release everything; bounded by ``timeout`` seconds.
+
+        Returns the close request so the caller can report sub-envs whose ``close`` raised,
+        or ``None`` when the sub-envs were never made.
+        """
+
+    @abc.abstractmethod
+    def close_nowait(self) -> None:
+        """Best-effort teardown without awaiting (for ``__del__`` and broken event loops)."""
+
+    def local_env(self, env_index: int) -> gym.Env[Any, Any]:
+        """The sub-env object itself, for backends whose sub-envs live in this process."""
+        raise NotImplementedError(f"the {self.name} backend keeps its sub-envs out of process")
+
+    def describe(self) -> str:
+        """A few words for ``repr``: how many sub-envs are alive and where."""
+        return f"{self.name} backend"

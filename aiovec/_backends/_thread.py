@@ -1,0 +1,137 @@
+"""The thread backend: each sub-env lives on its own dedicated thread for its whole life.
+
+Many simulators and renderers demand that every call comes from the thread that created them,
+so a sub-env is made, stepped and closed on one thread. Requests go through a queue per
+thread; the last sub-env to answer wakes the awaiting task once, so a vector step costs one
+event-loop wake-up whatever the number of sub-envs. The event loop itself never blocks.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import anyio
+import anyio.to_thread
+import gymnasium as gym
+
+from aiovec._backends._base import NO_REPLY, Backend, Pending
+from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._core._slot import EnvSlot, Failure, Op
+
+__all__ = ["ThreadBackend"]
+
+# (request, payload, where the reply goes or None to drop it, position in that request)
+_Job = tuple[Op, Any, "_ThreadPending | None", int]
+
+
+class _ThreadPending(Pending):
+    """Counts replies delivered by sub-env threads; the last one wakes the awaiting task."""
+
+    __slots__ = ("_done", "_lock", "_remaining", "_wake")
+
+    def __init__(self, op: Op, env_indices: Sequence[int], wake: ThreadsafeCaller) -> None:
+        super().__init__(op, env_indices)
+        self._remaining = len(self.env_indices)
+        self._lock = threading.Lock()
+        self._done = anyio.Event()
+        self._wake = wake
+        if not self._remaining:
+            self._done.set()
+
+    def deliver(self, position: int, reply: Any) -> None:
+        """Store one sub-env's reply (called from that sub-env's thread)."""
+        self.replies[position] = reply
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            try:
+                self._wake(self._done.set)
+            except RuntimeError:  # the event loop is closed: nobody is waiting any more
+                pass
+
+    async def wait(self) -> None:
+        await self._done.wait()
+
+
+def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job]) -> None:
+    """A sub-env thread's whole life: serve requests until asked to close."""
+    while True:
+        op, payload, pending, position = jobs.get()
+        try:
+            reply = slot.run(op, payload)
+        except BaseException as exc:  # SystemExit/KeyboardInterrupt raised by the env itself
+            reply = Failure.capture(slot.env_index, op.value, exc)
+        if pending is not None:
+            pending.deliver(position, reply)
+        if op is Op.CLOSE:
+            return
+
+
+class ThreadBackend(Backend):
+    """One dedicated thread per sub-env; steps run concurrently."""
+
+    name: ClassVar[str] = "thread"
+    in_process: ClassVar[bool] = True
+
+    _slots: list[EnvSlot]
+    _queues: list[queue.SimpleQueue[_Job]]
+    _threads: list[threading.Thread]
+    _wake: ThreadsafeCaller
+
+    async def start(self) -> Pending:
+        self._wake = threadsafe_caller()
+        self._slots = [EnvSlot(index, self.autoreset_mode) for index in range(self.num_envs)]
+        self._queues = [queue.SimpleQueue() for _ in range(self.num_envs)]
+        pending = self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
+        self._threads = [
+            threading.Thread(target=_serve, args=(slot, jobs), daemon=True,
+                             name=f"aiovec-env-{slot.env_index}")
+            for slot, jobs in zip(self._slots, self._queues)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return pending
+
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
+        pending = _ThreadPending(op, env_indices, self._wake)
+        queues = self._queues
+        for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
+            queues[env_index].put((op, payload, pending, position))
+        return pending
+
+    async def aclose(self, timeout: float) -> Pending | None:
+        if not hasattr(self, "_threads"):
+            return None
+        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(timeout):
+                await pending.wait()
+            # Threads that answered are returning; a hung one is a daemon and is abandoned.
+            finishing = [thread for thread, reply in zip(self._threads, pending.replies)
+                         if reply is not NO_REPLY]
+            await anyio.to_thread.run_sync(_join_all, finishing, 1.0)
+        return pending
+
+    def close_nowait(self) -> None:
+        # No event loop may be running here, so the replies are dropped rather than awaited.
+        for jobs in getattr(self, "_queues", ()):
+            jobs.put((Op.CLOSE, None, None, 0))
+
+    def local_env(self, env_index: int) -> gym.Env[Any, Any]:
+        env = self._slots[env_index].env
+        if env is None:
+            raise RuntimeError(f"sub-env {env_index} is not running")
+        return env
+
+    def describe(self) -> str:
+        alive = sum(thread.is_alive() for thread in getattr(self, "_threads", ()))
+        return f"thread backend, {alive} threads alive"
+
+
+def _join_all(threads: Sequence[threading.Thread], timeout: float) -> None:
+    for thread in threads:
+        thread.join(timeout)

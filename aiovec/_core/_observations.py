@@ -1,0 +1,25 @@
+"""Copying batched observations out of the vector env's reusable buffer."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+__all__ = ["copy_observations"]
+
+
+def copy_observations(observations: Any) -> Any:
+    """A copy the caller owns: arrays copied, dicts and tuples rebuilt, anything else deep-copied.
+
+    Equivalent to ``copy.deepcopy`` for what ``gymnasium.vector.utils.concatenate`` produces,
+    at a fraction of its cost for plain arrays.
+    """
+    if isinstance(observations, np.ndarray) and observations.dtype != object:
+        return observations.copy()
+    if type(observations) is dict:
+        return {key: copy_observations(value) for key, value in observations.items()}
+    if type(observations) is tuple:
+        return tuple(copy_observations(value) for value in observations)
+    return copy.deepcopy(observations)

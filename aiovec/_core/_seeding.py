@@ -1,0 +1,58 @@
+"""Turning the ``seed`` and ``options`` of a vector ``reset`` into per-sub-env requests."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["per_env_seeds", "split_reset_mask"]
+
+
+def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
+    """``None`` → no seeds, an int ``s`` → ``s, s+1, …``, a sequence → one seed per sub-env."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return [int(seed) + index for index in range(num_envs)]
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, Sequence):
+        raise TypeError(f"seed must be None, an int or a list of ints, got {type(seed).__name__}")
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={num_envs} "
+            f"but got length={len(seeds)}."
+        )
+    return seeds
+
+
+def split_reset_mask(
+    options: dict[str, Any] | None, num_envs: int
+) -> tuple[np.ndarray[Any, np.dtype[np.bool_]] | None, dict[str, Any] | None]:
+    """Take ``options["reset_mask"]`` out of ``options``, checked as Gymnasium checks it.
+
+    Returns the mask (or ``None`` for a full reset) and the options the sub-envs receive.
+    The caller's dict is left untouched.
+    """
+    if options is None or "reset_mask" not in options:
+        return None, options
+    env_options = dict(options)
+    reset_mask = env_options.pop("reset_mask")
+    if not isinstance(reset_mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+    if reset_mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}"
+        )
+    if reset_mask.dtype != np.bool_:
+        raise TypeError(
+            f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}"
+        )
+    if not np.any(reset_mask):
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True value, "
+            f"got reset_mask={reset_mask}"
+        )
+    return reset_mask, env_options

@@ -1,0 +1,141 @@
+"""One sub-env and its autoreset state: the code that runs wherever the sub-env lives.
+
+Every backend (the event loop's thread, a dedicated thread, a worker process) hosts its
+sub-envs in ``EnvSlot`` objects and feeds them ``Op`` requests through ``EnvSlot.run``, so
+autoreset and failure capture are written once. ``run`` never raises for an ``Exception``
+in the sub-env: it returns a ``Failure`` that the caller turns into ``SubEnvError``.
+"""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "StepOutcome"]
+
+# What a sub-env step hands back: obs, reward, terminated, truncated, info, and for a
+# same-step autoreset the ``{"final_obs": ..., "final_info": ...}`` entry (else ``None``).
+StepOutcome = tuple[Any, Any, bool, bool, dict[str, Any], "dict[str, Any] | None"]
+
+
+class Op(enum.Enum):
+    """The requests a sub-env host serves; the value is the phase named in errors."""
+
+    MAKE = "make"
+    RESET = "reset"
+    STEP = "step"
+    CALL = "call"
+    SET_ATTR = "set_attr"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True)
+class EnvDescription:
+    """What the parent needs to know about a freshly made sub-env."""
+
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A sub-env raised while serving a request (a reply, not an exception)."""
+
+    env_index: int
+    phase: str
+    exception: BaseException | None
+    description: str
+    traceback: str
+
+    @classmethod
+    def capture(cls, env_index: int, phase: str, exception: BaseException) -> Failure:
+        """Record ``exception``, currently being handled, with its formatted traceback."""
+        text = "".join(traceback.format_exception(type(exception), exception,
+                                                  exception.__traceback__))
+        return cls(env_index, phase, exception, f"{type(exception).__name__}: {exception}", text)
+
+
+class EnvSlot:
+    """Hosts sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
+
+    __slots__ = ("autoreset_mode", "env", "env_index", "needs_reset")
+
+    def __init__(self, env_index: int, autoreset_mode: AutoresetMode) -> None:
+        self.env_index = env_index
+        self.autoreset_mode = autoreset_mode
+        self.env: gym.Env[Any, Any] | None = None
+        # Next-step autoreset: the episode ended on the previous step, so this step resets.
+        self.needs_reset = False
+
+    def run(self, op: Op, payload: Any) -> Any:
+        """Serve one request; a sub-env exception comes back as a ``Failure``."""
+        try:
+            return _HANDLERS[op](self, payload)
+        except Exception as exc:
+            return Failure.capture(self.env_index, op.value, exc)
+
+    def _make(self, env_fn: Callable[[], gym.Env[Any, Any]]) -> EnvDescription:
+        env = env_fn()
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
+        self.env = env
+        return EnvDescription(env.observation_space, env.action_space,
+                              dict(env.metadata), env.render_mode)
+
+    def _live_env(self) -> gym.Env[Any, Any]:
+        if self.env is None:
+            raise RuntimeError(f"sub-env {self.env_index} is not running")
+        return self.env
+
+    def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> tuple[Any, Any]:
+        seed, options = request
+        self.needs_reset = False
+        return self._live_env().reset(seed=seed, options=options)
+
+    def _step(self, action: Any) -> StepOutcome:
+        env = self._live_env()
+        if self.needs_reset:
+            self.needs_reset = False
+            obs, info = env.reset()
+            return obs, 0.0, False, False, info, None
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                self.needs_reset = True
+            elif self.autoreset_mode is AutoresetMode.SAME_STEP:
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = env.reset()
+                return obs, reward, terminated, truncated, info, final
+        return obs, reward, terminated, truncated, info, None
+
+    def _call(self, request: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+        name, args, kwargs = request
+        attribute = self._live_env().get_wrapper_attr(name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
+
+    def _set_attr(self, request: tuple[str, Any]) -> None:
+        name, value = request
+        self._live_env().set_wrapper_attr(name, value)
+
+    def _close(self, _: None) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            env.close()
+
+
+_HANDLERS: dict[Op, Callable[[EnvSlot, Any], Any]] = {
+    Op.MAKE: EnvSlot._make,
+    Op.RESET: EnvSlot._reset,
+    Op.STEP: EnvSlot._step,
+    Op.CALL: EnvSlot._call,
+    Op.SET_ATTR: EnvSlot._set_attr,
+    Op.CLOSE: EnvSlot._close,
+}

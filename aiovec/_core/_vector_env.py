@@ -1,0 +1,492 @@
+"""``AsyncVectorEnv``: many sub-envs behind one awaitable ``reset``/``step`` with Gymnasium's semantics."""
+
+from __future__ import annotations
+
+import enum
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+import anyio
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
+
+from aiovec._backends import load_backend, resolve_backend_name
+from aiovec._backends._base import Backend, Pending
+from aiovec._core._actions import ActionSplitter
+from aiovec._core._infos import merge_info
+from aiovec._core._observations import copy_observations
+from aiovec._core._seeding import per_env_seeds, split_reset_mask
+from aiovec._core._slot import EnvDescription, Failure, Op
+from aiovec._core._spaces import (
+    ObservationMode,
+    VectorSpaces,
+    check_observation_mode,
+    resolve_spaces,
+)
+from aiovec._exceptions import (
+    BusyError,
+    ClosedError,
+    EnvTimeoutError,
+    NotStartedError,
+    ResetNeededError,
+    SubEnvError,
+    SubEnvErrorGroup,
+)
+
+__all__ = ["AsyncVectorEnv", "EnvFactory"]
+
+EnvFactory = Callable[[], gym.Env[Any, Any]]
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+StepResult = tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]
+
+
+class _UseDefault(enum.Enum):
+    """``timeout=USE_DEFAULT``: the deadline given at construction."""
+
+    TOKEN = enum.auto()
+
+
+USE_DEFAULT: Final = _UseDefault.TOKEN
+Timeout = float | None | _UseDefault
+
+
+class _State(enum.Enum):
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A request submitted to the backend and not yet collected."""
+
+    operation: str
+    pending: Pending
+
+
+def _check_timeout(timeout: float | None, what: str) -> float | None:
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
+    return timeout
+
+
+class AsyncVectorEnv:
+    """Runs ``len(env_fns)`` sub-envs concurrently behind an awaitable, Gymnasium-shaped API.
+
+    ``reset``, ``step``, ``call``, ``get_attr``, ``set_attr`` and ``render`` are coroutines
+    with exactly the semantics of ``gymnasium.vector.SyncVectorEnv`` (autoreset modes, info
+    merging with ``_key`` masks, seeding, ``reset_mask``), whatever the ``backend``:
+
+    - ``"inline"``: sub-envs stepped one after another in the event loop's thread (the oracle);
+    - ``"thread"``: each sub-env on its own dedicated thread, stepped concurrently;
+    - ``"auto"`` (default): picks one for you (see the README).
+
+    ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
+    each call also takes ``timeout=``, and honours the caller's own cancel scopes.
+    Use it as ``async with AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFactory],
+        *,
+        backend: str = "auto",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        timeout: float | None = None,
+        observation_mode: ObservationMode = "same",
+        close_timeout: float = 10.0,
+    ) -> None:
+        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+            raise TypeError(f"env_fns must be a sequence of callables, got {type(env_fns)}")
+        if not env_fns:
+            raise ValueError("env_fns is empty: a vector env needs at least one sub-env")
+        for index, env_fn in enumerate(env_fns):
+            if not callable(env_fn):
+                raise TypeError(
+                    f"env_fns[{index}] is {type(env_fn).__name__}, not a callable that makes "
+                    "an env (pass `lambda: gym.make(...)`, not `gym.make(...)`)"
+                )
+        check_observation_mode(observation_mode)
+        self.num_envs: int = len(env_fns)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.copy = copy
+        self.timeout = _check_timeout(timeout, "timeout")
+        self.close_timeout = _check_timeout(close_timeout, "close_timeout") or math.inf
+        self.observation_mode = observation_mode
+        self.backend_name = resolve_backend_name(backend, self.num_envs)
+        self.spec: gym.envs.registration.EnvSpec | None = None
+        backend_class = load_backend(self.backend_name)
+        self._backend: Backend = backend_class(env_fns, self.autoreset_mode)
+        self._state = _State.CREATED
+        self._in_flight: _InFlight | None = None
+        self._metadata: dict[str, Any] = {}
+        self._render_mode: str | None = None
+        self._spaces: VectorSpaces | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Make every sub-env (concurrently where the backend allows). Idempotent.
+
+        ``reset`` and the other calls start the vector env on first use; ``async with`` does it
+        up front. If a factory raises or hangs, everything made so far is closed again and the
+        error is raised; the vector env is then closed.
+        """
+        if self._state is _State.RUNNING:
+            return
+        self._check_not_closed("start")
+        if self._state is _State.STARTING or self._in_flight is not None:
+            raise BusyError("another task is already starting this vector env")
+        self._state = _State.STARTING
+        try:
+            self._in_flight = _InFlight("start", await self._backend.start())
+            descriptions: list[EnvDescription] = await self._collect(self._in_flight, timeout)
+            self._spaces = resolve_spaces(self.observation_mode, descriptions)
+        except BaseException:
+            self._in_flight = None
+            self._state = _State.CLOSED
+            with anyio.CancelScope(shield=True):
+                await self._backend.aclose(self.close_timeout)
+            raise
+        self._in_flight = None
+        self._metadata = dict(descriptions[0].metadata)
+        self._metadata["autoreset_mode"] = self.autoreset_mode
+        self._render_mode = descriptions[0].render_mode
+        self._allocate_buffers(self._spaces)
+        self._state = _State.RUNNING
+
+    def _allocate_buffers(self, spaces: VectorSpaces) -> None:
+        n = self.num_envs
+        self._observations = create_empty_array(spaces.single_observation_space, n, np.zeros)
+        # Never-reset sub-envs show zeros until their first reset.
+        self._env_obs: list[Any] = list(iterate(spaces.observation_space, self._observations))
+        self._rewards = np.zeros(n, dtype=np.float64)
+        self._terminations = np.zeros(n, dtype=np.bool_)
+        self._truncations = np.zeros(n, dtype=np.bool_)
+        self._reset_needed = np.ones(n, dtype=np.bool_)
+        self._split_actions = ActionSplitter(spaces.single_action_space, n)
+        self._all_envs = range(n)
+
+    async def aclose(self) -> None:
+        """Close every sub-env and release all resources. Idempotent, bounded in time.
+
+        Raises ``SubEnvErrorGroup`` if a sub-env's ``close`` raised (after everything else
+        has been released).
+        """
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        self._in_flight = None
+        with anyio.CancelScope(shield=True):
+            pending = await self._backend.aclose(self.close_timeout)
+        if pending is not None:
+            self._raise_failures("close", pending.replies)
+
+    async def __aenter__(self) -> AsyncVectorEnv:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", _State.CLOSED) is not _State.CLOSED:
+            self._state = _State.CLOSED
+            self._backend.close_nowait()
+            warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",
+                          ResourceWarning, stacklevel=1)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` has run (or start failed)."""
+        return self._state is _State.CLOSED
+
+    def __repr__(self) -> str:
+        stepping = "" if self._in_flight is None else f", {self._in_flight.operation} in flight"
+        return (f"<{type(self).__name__} {self.num_envs} envs, {self._backend.describe()}, "
+                f"{self._state.value}{stepping}>")
+
+    # ------------------------------------------------------------------ attributes
+
+    def _running_spaces(self) -> VectorSpaces:
+        if self._spaces is None:
+            self._check_not_closed("read the spaces of")
+            raise NotStartedError(
+                "the spaces are known once the sub-envs run: use `async with envs:` or "
+                "`await envs.start()` (or `await envs.reset()`) first"
+            )
+        return self._spaces
+
+    @property
+    def single_observation_space(self) -> gym.Space[Any]:
+        """The observation space of one sub-env."""
+        return self._running_spaces().single_observation_space
+
+    @property
+    def observation_space(self) -> gym.Space[Any]:
+        """The batched observation space."""
+        return self._running_spaces().observation_space
+
+    @property
+    def single_action_space(self) -> gym.Space[Any]:
+        """The action space of one sub-env."""
+        return self._running_spaces().single_action_space
+
+    @property
+    def action_space(self) -> gym.Space[Any]:
+        """The batched action space."""
+        return self._running_spaces().action_space
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The first sub-env's metadata, plus ``autoreset_mode``."""
+        self._running_spaces()
+        return self._metadata
+
+    @property
+    def render_mode(self) -> str | None:
+        """The first sub-env's render mode."""
+        self._running_spaces()
+        return self._render_mode
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each sub-env's ``np_random_seed`` (in-process backends; else ``await get_attr``)."""
+        return tuple(self._local_attr("np_random_seed"))
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """Each sub-env's random generator (in-process backends; else ``await get_attr``)."""
+        return tuple(self._local_attr("np_random"))
+
+    def _local_attr(self, name: str) -> list[Any]:
+        self._running_spaces()
+        if not self._backend.in_process:
+            raise AttributeError(f"use `await envs.get_attr({name!r})` with the "
+                                 f"{self.backend_name} backend")
+        return [self._backend.local_env(index).get_wrapper_attr(name)
+                for index in range(self.num_envs)]
+
+    # ------------------------------------------------------------------ the API
+
+    async def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``.
+
+        ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
+        """
+        in_flight = await self._submit_reset(seed, options)
+        return await self._finish_reset(in_flight, timeout)
+
+    async def step(
+        self, actions: Any, *, timeout: Timeout = USE_DEFAULT
+    ) -> tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]:
+        """Step every sub-env with its action → ``(obs, rewards, terminations, truncations, infos)``.
+
+        The batch is checked first: a wrong batch size, shape or dtype raises ``ValueError``
+        and no sub-env steps.
+        """
+        in_flight = await self._submit_step(actions)
+        return await self._finish_step(in_flight, timeout)
+
+    async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` on every sub-env (or read it, if not callable) → the results."""
+        in_flight = await self._submit_call(name, args, kwargs)
+        return await self._finish_call(in_flight, USE_DEFAULT)
+
+    async def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Read attribute ``name`` of every sub-env (through its wrappers)."""
+        return await self.call(name)
+
+    async def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every sub-env: one value each (list/tuple) or one for all."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        await self._ensure_started()
+        self._claim("set_attr")
+        payloads = [(name, value) for value in values]
+        in_flight = self._submit(Op.SET_ATTR, "set_attr", self._all_envs, payloads)
+        await self._finish_call(in_flight, USE_DEFAULT)
+
+    async def render(self) -> tuple[Any, ...]:
+        """Each sub-env's rendered frame."""
+        return await self.call("render")
+
+    # ------------------------------------------------------------------ two-phase internals
+    # ``_submit_*`` sends a request and claims the vector env; ``_finish_*`` collects it and
+    # releases the claim, whatever happens. The sync shim calls them separately to offer
+    # Gymnasium's ``step_async``/``step_wait`` pairs.
+
+    def _check_not_closed(self, verb: str) -> None:
+        if self._state is _State.CLOSED:
+            raise ClosedError(f"cannot {verb} the vector env: it was closed")
+
+    def _claim(self, operation: str) -> None:
+        """Refuse a second concurrent call; the claim lasts until its ``_finish_*``."""
+        self._check_not_closed(operation)
+        if self._in_flight is not None:
+            raise BusyError(
+                f"cannot {operation}: another task is still running "
+                f"{self._in_flight.operation} on this vector env (one call at a time)"
+            )
+
+    def _submit(
+        self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any]
+    ) -> _InFlight:
+        in_flight = _InFlight(operation, self._backend.submit(op, env_indices, payloads))
+        self._in_flight = in_flight
+        return in_flight
+
+    async def _ensure_started(self) -> None:
+        if self._state is not _State.RUNNING:
+            self._check_not_closed("use")
+            await self.start()
+
+    async def _submit_reset(
+        self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
+    ) -> _InFlight:
+        self._check_not_closed("reset")
+        seeds = per_env_seeds(seed, self.num_envs)
+        reset_mask, env_options = split_reset_mask(options, self.num_envs)
+        await self._ensure_started()
+        self._claim("reset")
+        if reset_mask is None:
+            indices: Sequence[int] = self._all_envs
+        else:
+            indices = np.flatnonzero(reset_mask).tolist()
+        payloads = [(seeds[index], env_options) for index in indices]
+        return self._submit(Op.RESET, "reset", indices, payloads)
+
+    async def _finish_reset(
+        self, in_flight: _InFlight, timeout: Timeout
+    ) -> tuple[Any, dict[str, Any]]:
+        try:
+            replies = await self._collect(in_flight, timeout)
+        finally:
+            self._release(in_flight)
+        indices = list(in_flight.pending.env_indices)
+        n, env_obs, infos = self.num_envs, self._env_obs, {}
+        for env_index, (obs, info) in zip(indices, replies):
+            env_obs[env_index] = obs
+            merge_info(infos, info, env_index, n)
+        self._terminations[indices] = False
+        self._truncations[indices] = False
+        self._reset_needed[indices] = False
+        self._observations = concatenate(self.single_observation_space, env_obs,
+                                         self._observations)
+        observations = self._observations
+        return (copy_observations(observations) if self.copy else observations), infos
+
+    async def _submit_step(self, actions: Any) -> _InFlight:
+        self._claim("step")
+        if self._state is not _State.RUNNING or self._reset_needed.any():
+            raise ResetNeededError(self._reset_needed_message())
+        per_env_actions = self._split_actions(actions)
+        return self._submit(Op.STEP, "step", self._all_envs, per_env_actions)
+
+    def _reset_needed_message(self) -> str:
+        if self._state is not _State.RUNNING:
+            return "cannot step before reset: call `await envs.reset()` first"
+        indices = np.flatnonzero(self._reset_needed).tolist()
+        return (f"cannot step: sub-env(s) {', '.join(map(str, indices))} need a reset first "
+                "(never reset, failed, or done with autoreset disabled); reset them with "
+                "`reset(options={'reset_mask': mask})`")
+
+    async def _finish_step(self, in_flight: _InFlight, timeout: Timeout) -> StepResult:
+        try:
+            replies = await self._collect(in_flight, timeout)
+        finally:
+            self._release(in_flight)
+        n, env_obs, infos = self.num_envs, self._env_obs, {}
+        rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
+        for env_index, (obs, reward, terminated, truncated, info, final) in enumerate(replies):
+            env_obs[env_index] = obs
+            rewards[env_index] = reward
+            terminations[env_index] = terminated
+            truncations[env_index] = truncated
+            if final is not None:
+                merge_info(infos, final, env_index, n)
+            if info:
+                merge_info(infos, info, env_index, n)
+        self._observations = concatenate(self.single_observation_space, env_obs,
+                                         self._observations)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._reset_needed |= terminations
+            self._reset_needed |= truncations
+        observations = self._observations
+        return (
+            copy_observations(observations) if self.copy else observations,
+            rewards.copy(),
+            terminations.copy(),
+            truncations.copy(),
+            infos,
+        )
+
+    async def _submit_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _InFlight:
+        if not isinstance(name, str):
+            raise TypeError(f"the attribute name must be a str, got {type(name).__name__}")
+        await self._ensure_started()
+        self._claim("call")
+        payloads = [(name, args, kwargs)] * self.num_envs
+        return self._submit(Op.CALL, "call", self._all_envs, payloads)
+
+    async def _finish_call(self, in_flight: _InFlight, timeout: Timeout) -> tuple[Any, ...]:
+        try:
+            replies = await self._collect(in_flight, timeout)
+        finally:
+            self._release(in_flight)
+        return tuple(replies)
+
+    def _release(self, in_flight: _InFlight) -> None:
+        if self._in_flight is in_flight:
+            self._in_flight = None
+
+    async def _collect(self, in_flight: _InFlight, timeout: Timeout) -> list[Any]:
+        """Await every reply of ``in_flight``; raise for a timeout or failed sub-envs."""
+        operation, pending = in_flight.operation, in_flight.pending
+        deadline = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
+        with anyio.move_on_after(deadline) as scope:
+            await pending.wait()
+        if scope.cancelled_caught:
+            raise EnvTimeoutError(operation, pending.unanswered(), deadline)
+        self._raise_failures(operation, pending.replies)
+        return pending.replies
+
+    def _raise_failures(self, operation: str, replies: list[Any]) -> None:
+        failures = [reply for reply in replies if type(reply) is Failure]
+        if not failures:
+            return
+        errors = []
+        for failure in failures:
+            error = SubEnvError(failure.env_index, failure.phase, failure.description,
+                                failure.traceback)
+            error.__cause__ = failure.exception
+            errors.append(error)
+        if operation in ("step", "reset") and self._state is _State.RUNNING:
+            self._reset_needed[[failure.env_index for failure in failures]] = True
+        raise SubEnvErrorGroup(operation, errors)

@@ -1,0 +1,157 @@
+"""Every exception aiovec raises, in one place.
+
+The tree, and who caused each error::
+
+    AiovecError                      base of everything below
+    ├── ClosedError                  you used the vector env after closing it
+    ├── NotStartedError              you asked for something that needs the sub-envs running
+    ├── BusyError                    your code ran two calls on one vector env at once
+    ├── ResetNeededError             your code stepped before reset (or a failed sub-env)
+    ├── EnvTimeoutError              sub-envs did not answer before the deadline
+    ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
+    └── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
+
+``SubEnvErrorGroup`` is an ``ExceptionGroup`` of ``SubEnvError``: catch it with a plain
+``except aiovec.SubEnvErrorGroup`` or pick sub-envs apart with ``except* aiovec.SubEnvError``.
+The classes also derive from the matching Gymnasium errors, so code written against
+``gymnasium.vector.AsyncVectorEnv`` keeps catching what it caught before.
+
+Every exception here survives a pickle round trip with its attributes intact.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.error import ResetNeeded as _GymResetNeeded
+
+if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
+    from exceptiongroup import ExceptionGroup
+
+__all__ = [
+    "AiovecError",
+    "BusyError",
+    "ClosedError",
+    "EnvTimeoutError",
+    "NotStartedError",
+    "ResetNeededError",
+    "SubEnvError",
+    "SubEnvErrorGroup",
+]
+
+
+class AiovecError(Exception):
+    """Base class of every error raised by aiovec."""
+
+
+class ClosedError(AiovecError, ClosedEnvironmentError):
+    """The vector env was closed by your code; it cannot be used any more."""
+
+
+class NotStartedError(AiovecError):
+    """The sub-envs are not running yet: ``await envs.start()`` or use ``async with`` first."""
+
+
+class BusyError(AiovecError):
+    """Another task is already running a call on this vector env.
+
+    A vector env serves one call at a time; run concurrent work on separate vector envs.
+    """
+
+
+class ResetNeededError(AiovecError, _GymResetNeeded):
+    """A sub-env must be reset before it can step (never reset, or left unusable by a failure)."""
+
+
+def _join_indices(env_indices: Sequence[int]) -> str:
+    return ", ".join(str(index) for index in env_indices)
+
+
+class EnvTimeoutError(AiovecError, TimeoutError, multiprocessing.TimeoutError):
+    """Sub-envs did not answer before the deadline.
+
+    ``env_indices`` lists the sub-envs that still owed a reply. It is also a builtin
+    ``TimeoutError`` and a ``multiprocessing.TimeoutError`` (what Gymnasium raises).
+    """
+
+    def __init__(self, operation: str, env_indices: Sequence[int], timeout: float | None) -> None:
+        self.operation = operation
+        self.env_indices = tuple(env_indices)
+        self.timeout = timeout
+        limit = "the deadline" if timeout is None else f"{timeout:g} s"
+        super().__init__(
+            f"{operation}: sub-env(s) {_join_indices(self.env_indices)} did not answer within {limit}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation, self.env_indices, self.timeout))
+
+
+class SubEnvError(AiovecError):
+    """One sub-env raised (or failed) while handling a call.
+
+    ``env_index`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``)
+    say where; ``__cause__`` is the original exception when it could be kept, and
+    ``remote_traceback`` is the traceback text from wherever the sub-env runs.
+    """
+
+    def __init__(
+        self,
+        env_index: int,
+        phase: str,
+        description: str,
+        remote_traceback: str = "",
+    ) -> None:
+        self.env_index = env_index
+        self.phase = phase
+        self.description = description
+        self.remote_traceback = remote_traceback
+        super().__init__(f"sub-env {env_index} failed in {phase}: {description}")
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        if self.remote_traceback:
+            message += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
+        return message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {"__cause__": self.__cause__}
+        arguments = (self.env_index, self.phase, self.description, self.remote_traceback)
+        return (type(self), arguments, state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__cause__ = state.get("__cause__")
+
+
+class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
+    """All the sub-envs that failed in one call, as an ``ExceptionGroup`` of ``SubEnvError``.
+
+    ``env_indices`` lists them in order. Sub-envs not listed answered normally.
+    """
+
+    def __new__(cls, operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
+        indices = _join_indices([error.env_index for error in errors])
+        self = super().__new__(cls, f"{operation}: sub-env(s) {indices} failed", list(errors))
+        self.operation = operation
+        return self
+
+    def __init__(self, operation: str, errors: Sequence[SubEnvError]) -> None:
+        indices = _join_indices([error.env_index for error in errors])
+        super().__init__(f"{operation}: sub-env(s) {indices} failed", list(errors))
+
+    operation: str
+
+    @property
+    def env_indices(self) -> tuple[int, ...]:
+        """The indices of the sub-envs that failed, in ascending order."""
+        return tuple(error.env_index for error in self.exceptions)
+
+    def derive(self, excs: Sequence[SubEnvError]) -> SubEnvErrorGroup:  # type: ignore[override]
+        return SubEnvErrorGroup(self.operation, excs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation, list(self.exceptions)))
