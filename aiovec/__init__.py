@@ -5,6 +5,9 @@
 """
 
 from aiovec._core._vector_env import AsyncVectorEnv as AsyncVectorEnv
+from aiovec._make import make_async_vec as make_async_vec
+from aiovec._make import make_vec as make_vec
+from aiovec._shim._vector_env import VectorEnv as VectorEnv
 from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
 from aiovec._exceptions import ClosedError as ClosedError
@@ -26,6 +29,9 @@ __all__ = (
     "ResetNeededError",
     "SubEnvError",
     "SubEnvErrorGroup",
+    "VectorEnv",
+    "make_async_vec",
+    "make_vec",
 )
 
 # Report the public names as aiovec's own: shorter tracebacks, stable pickles.

@@ -1,0 +1,99 @@
+"""``make_vec`` and ``make_async_vec``: vector envs from a registered env id, like ``gymnasium.make_vec``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+
+from aiovec._core._vector_env import AsyncVectorEnv
+from aiovec._shim._vector_env import VectorEnv
+
+__all__ = ["make_async_vec", "make_vec"]
+
+Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
+
+
+class _EnvMaker:
+    """A picklable factory: ``gym.make(spec, **kwargs)`` wrapped by ``wrappers`` in order."""
+
+    def __init__(self, spec: EnvSpec, kwargs: dict[str, Any], wrappers: Sequence[Wrapper]) -> None:
+        self.spec = spec
+        self.kwargs = kwargs
+        self.wrappers = tuple(wrappers)
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        env = gym.make(self.spec, **self.kwargs)
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+def _factories(
+    env_id: str | EnvSpec, num_envs: int, wrappers: Sequence[Wrapper] | None,
+    env_kwargs: dict[str, Any],
+) -> tuple[list[_EnvMaker], EnvSpec]:
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    spec = env_id if isinstance(env_id, EnvSpec) else gym.spec(env_id)
+    if spec.entry_point is None:
+        raise gym.error.Error(f"Cannot create vectorized environment for {spec.id} because it "
+                              "doesn't have an entry point defined.")
+    maker = _EnvMaker(spec, dict(env_kwargs), wrappers or ())
+    return [maker] * num_envs, spec
+
+
+def _vector_spec(
+    spec: EnvSpec, num_envs: int, env_kwargs: dict[str, Any],
+    vector_kwargs: dict[str, Any], wrappers: Sequence[Wrapper] | None, mode: str,
+) -> EnvSpec:
+    """The spec Gymnasium's ``make_vec`` would attach, recording how the vector env was built."""
+    vector_spec = copy.deepcopy(spec)
+    vector_spec.kwargs = dict(env_kwargs)
+    if num_envs != 1:
+        vector_spec.kwargs["num_envs"] = num_envs
+    vector_spec.kwargs["vectorization_mode"] = mode
+    if vector_kwargs:
+        vector_spec.kwargs["vector_kwargs"] = vector_kwargs
+    if wrappers:
+        vector_spec.kwargs["wrappers"] = wrappers
+    return vector_spec
+
+
+def make_vec(
+    id: str | EnvSpec,  # noqa: A002 - the same name as gymnasium.make_vec's
+    num_envs: int = 1,
+    *,
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
+    """Like ``gymnasium.make_vec(id, num_envs)``, returning aiovec's sync ``VectorEnv``.
+
+    ``vector_kwargs`` go to ``VectorEnv`` (e.g. ``{"backend": "thread", "timeout": 5}``);
+    ``wrappers`` wrap each sub-env in order; other keywords go to ``gymnasium.make``.
+    """
+    factories, spec = _factories(id, num_envs, wrappers, kwargs)
+    vector_kwargs = dict(vector_kwargs or {})
+    envs = VectorEnv(factories, **vector_kwargs)
+    envs.spec = _vector_spec(spec, num_envs, kwargs, vector_kwargs, wrappers, "async")
+    return envs
+
+
+def make_async_vec(
+    id: str | EnvSpec,  # noqa: A002 - the same name as gymnasium.make_vec's
+    num_envs: int = 1,
+    *,
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    **kwargs: Any,
+) -> AsyncVectorEnv:
+    """Like ``make_vec`` but returns an (unstarted) ``AsyncVectorEnv``: use ``async with``."""
+    factories, spec = _factories(id, num_envs, wrappers, kwargs)
+    vector_kwargs = dict(vector_kwargs or {})
+    envs = AsyncVectorEnv(factories, **vector_kwargs)
+    envs.spec = _vector_spec(spec, num_envs, kwargs, vector_kwargs, wrappers, "async")
+    return envs
