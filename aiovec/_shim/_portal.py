@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -81,7 +82,9 @@ class LoopThread:
             task.add_done_callback(lambda done: _settle(done, outcome))
             tasks.append(task)
 
-        self._loop.call_soon_threadsafe(start)
+        # A fresh context: the caller's context variables (e.g. sniffio's "trio" when the
+        # shim is used from trio code) must not leak into the private asyncio loop.
+        self._loop.call_soon_threadsafe(start, context=contextvars.Context())
         try:
             return outcome.result()
         except BaseException:

@@ -1,0 +1,30 @@
+"""Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ASYNC_BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+@pytest.fixture(params=ASYNC_BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """The event loop an ``@pytest.mark.anyio`` test runs on."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    """Every test must leave behind no sub-env or loop thread of aiovec's."""
+    yield
+    leaked = [thread.name for thread in threading.enumerate()
+              if thread.name.startswith("aiovec-") and thread.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"

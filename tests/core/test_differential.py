@@ -1,0 +1,134 @@
+"""Every backend and the sync shim reproduce ``gymnasium.vector.SyncVectorEnv`` bit for bit."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aiovec
+from aiovec.testing import SPACE_KINDS, EpisodeEnv
+from tests.helpers import assert_identical
+
+NUM_ENVS = 4
+NUM_STEPS = 2000
+RESEED_AT = NUM_STEPS // 2
+
+ENV_KINDS = [*SPACE_KINDS, "cartpole"]
+BACKENDS = ["inline", "thread"]
+
+
+def env_factory(kind: str) -> Callable[[], gym.Env[Any, Any]]:
+    if kind == "cartpole":
+        # Short episodes so both truncation (TimeLimit) and termination happen often.
+        return functools.partial(gym.make, "CartPole-v1", max_episode_steps=30)
+    return functools.partial(EpisodeEnv, kind)
+
+
+Record = tuple[Any, ...]
+ResetFn = Callable[..., Awaitable[tuple[Any, dict[str, Any]]]]
+StepFn = Callable[[Any], Awaitable[tuple[Any, ...]]]
+
+
+async def rollout(reset: ResetFn, step: StepFn, action_space: gym.Space[Any],
+                  mode: AutoresetMode, seed: int) -> list[Record]:
+    """Seeded random rollout; with autoreset disabled, done sub-envs are reset by mask."""
+    action_space.seed(seed)
+    records: list[Record] = [await reset(seed=seed)]
+    for index in range(NUM_STEPS):
+        if index == RESEED_AT:
+            records.append(await reset(seed=[seed * 7 + i for i in range(NUM_ENVS)],
+                                       options={"level": 2}))
+        result = await step(action_space.sample())
+        records.append(result)
+        if mode is AutoresetMode.DISABLED:
+            done = np.logical_or(result[2], result[3])
+            if done.any():
+                records.append(await reset(options={"reset_mask": done}))
+    return records
+
+
+def as_async(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return call
+
+
+def run_without_loop(coroutine: Any) -> Any:
+    """Drive a coroutine that never suspends (its awaits are all plain sync calls)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("the reference rollout suspended")
+
+
+@pytest.fixture(scope="module")
+def reference() -> Callable[[str, AutoresetMode, int], list[Record]]:
+    """The SyncVectorEnv rollout for (kind, mode, seed), computed once per module."""
+
+    @functools.cache
+    def compute(kind: str, mode: AutoresetMode, seed: int) -> list[Record]:
+        envs = SyncVectorEnv([env_factory(kind)] * NUM_ENVS, autoreset_mode=mode)
+        try:
+            return run_without_loop(rollout(as_async(envs.reset), as_async(envs.step),
+                                            envs.action_space, mode, seed))
+        finally:
+            envs.close()
+
+    return compute
+
+
+def check_rollout(actual: list[Record], expected: list[Record]) -> None:
+    assert len(actual) == len(expected)
+    endings = {"terminated": False, "truncated": False}
+    for index, (got, want) in enumerate(zip(actual, expected)):
+        assert_identical(got, want, f"record {index}")
+        if len(want) == 5:
+            endings["terminated"] |= bool(want[2].any())
+            endings["truncated"] |= bool(want[3].any())
+    assert endings == {"terminated": True, "truncated": True}, "the rollout must end both ways"
+
+
+modes = pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.value)
+kinds = pytest.mark.parametrize("kind", ENV_KINDS)
+backends = pytest.mark.parametrize("backend", BACKENDS)
+
+
+@pytest.mark.anyio
+@backends
+@modes
+@kinds
+async def test_async_rollouts_match_sync_vector_env(
+    backend: str, mode: AutoresetMode, kind: str,
+    reference: Callable[[str, AutoresetMode, int], list[Record]],
+) -> None:
+    seed = 1234 + ENV_KINDS.index(kind)
+    factories = [env_factory(kind)] * NUM_ENVS
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, autoreset_mode=mode) as envs:
+        actual = await rollout(envs.reset, envs.step, envs.action_space, mode, seed)
+    check_rollout(actual, reference(kind, mode, seed))
+
+
+@backends
+@modes
+@kinds
+def test_shim_rollouts_match_sync_vector_env(
+    backend: str, mode: AutoresetMode, kind: str,
+    reference: Callable[[str, AutoresetMode, int], list[Record]],
+) -> None:
+    seed = 4321 + ENV_KINDS.index(kind)
+    factories = [env_factory(kind)] * NUM_ENVS
+    shim = aiovec.VectorEnv(factories, autoreset_mode=mode, backend=backend)
+    try:
+        actual = run_without_loop(rollout(as_async(shim.reset), as_async(shim.step),
+                                          shim.action_space, mode, seed))
+    finally:
+        shim.close()
+    check_rollout(actual, reference(kind, mode, seed))
