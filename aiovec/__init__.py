@@ -5,9 +5,6 @@
 """
 
 from aiovec._core._vector_env import AsyncVectorEnv as AsyncVectorEnv
-from aiovec._make import make_async_vec as make_async_vec
-from aiovec._make import make_vec as make_vec
-from aiovec._shim._vector_env import VectorEnv as VectorEnv
 from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
 from aiovec._exceptions import ClosedError as ClosedError
@@ -16,6 +13,9 @@ from aiovec._exceptions import NotStartedError as NotStartedError
 from aiovec._exceptions import ResetNeededError as ResetNeededError
 from aiovec._exceptions import SubEnvError as SubEnvError
 from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
+from aiovec._make import make_async_vec as make_async_vec
+from aiovec._make import make_vec as make_vec
+from aiovec._shim._vector_env import VectorEnv as VectorEnv
 
 __version__ = "0.1.0"
 

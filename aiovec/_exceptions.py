@@ -84,7 +84,8 @@ class EnvTimeoutError(AiovecError, TimeoutError, multiprocessing.TimeoutError):
         self.timeout = timeout
         limit = "the deadline" if timeout is None else f"{timeout:g} s"
         super().__init__(
-            f"{operation}: sub-env(s) {_join_indices(self.env_indices)} did not answer within {limit}"
+            f"{operation}: sub-env(s) {_join_indices(self.env_indices)} "
+            f"did not answer within {limit}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -123,8 +124,8 @@ class SubEnvError(AiovecError):
         arguments = (self.env_index, self.phase, self.description, self.remote_traceback)
         return (type(self), arguments, state)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__cause__ = state.get("__cause__")
+    def __setstate__(self, state: dict[str, Any] | None) -> None:
+        self.__cause__ = (state or {}).get("__cause__")
 
 
 class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
@@ -148,7 +149,8 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
     @property
     def env_indices(self) -> tuple[int, ...]:
         """The indices of the sub-envs that failed, in ascending order."""
-        return tuple(error.env_index for error in self.exceptions)
+        return tuple(error.env_index for error in self.exceptions
+                     if isinstance(error, SubEnvError))
 
     def derive(self, excs: Sequence[SubEnvError]) -> SubEnvErrorGroup:  # type: ignore[override]
         return SubEnvErrorGroup(self.operation, excs)

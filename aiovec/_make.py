@@ -1,4 +1,4 @@
-"""``make_vec`` and ``make_async_vec``: vector envs from a registered env id, like ``gymnasium.make_vec``."""
+"""``make_vec`` and ``make_async_vec``: vector envs from a registered id, like Gymnasium's."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _vector_spec(
 
 
 def make_vec(
-    id: str | EnvSpec,  # noqa: A002 - the same name as gymnasium.make_vec's
+    id: str | EnvSpec,
     num_envs: int = 1,
     *,
     vector_kwargs: dict[str, Any] | None = None,
@@ -84,7 +84,7 @@ def make_vec(
 
 
 def make_async_vec(
-    id: str | EnvSpec,  # noqa: A002 - the same name as gymnasium.make_vec's
+    id: str | EnvSpec,
     num_envs: int = 1,
     *,
     vector_kwargs: dict[str, Any] | None = None,

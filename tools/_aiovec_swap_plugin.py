@@ -47,9 +47,12 @@ def _load_target(spec: str) -> Any:
         # aiovec not installed in this interpreter: use the checkout this plugin lives in. Appended,
         # so the project's own `tests` package cannot shadow Gymnasium's.
         sys.path.append(str(_PROJECT_ROOT))
-    obj: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        obj = getattr(obj, part)
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise pytest.UsageError(f"cannot load AIOVEC_SWAP_TARGET {spec!r}: {e!r}") from e
     return obj
 
 
@@ -91,15 +94,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _gist(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        text = str(crash.message)
-    elif isinstance(report.longrepr, tuple):  # skips: (path, line, reason)
-        text = str(report.longrepr[2])
-    else:
-        text = str(report.longrepr)
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""
+    """One line: the test's failing line (file:line), then the error message's lines."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):  # skips: (path, line, reason)
+        return str(longrepr[2])
+    crash = getattr(longrepr, "reprcrash", None)
+    message = str(crash.message if crash is not None else longrepr)
+    where = f"({Path(crash.path).name}:{crash.lineno})" if crash is not None else ""
+    test_file = Path(report.location[0]).name
+    for entry in getattr(getattr(longrepr, "reprtraceback", None), "reprentries", []):
+        loc = getattr(entry, "reprfileloc", None)
+        source = [ln[1:].strip() for ln in getattr(entry, "lines", []) if ln.startswith(">")]
+        if loc is not None and source and Path(loc.path).name == test_file:
+            where = f"{source[-1]} ({test_file}:{loc.lineno}) {where}"  # innermost test line
+    text = " / ".join(line.strip() for line in message.strip().splitlines() if line.strip())
+    return f"{where.strip()}: {text}"[:400]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

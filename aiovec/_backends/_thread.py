@@ -8,6 +8,7 @@ event-loop wake-up whatever the number of sub-envs. The event loop itself never 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Sequence
@@ -48,10 +49,9 @@ class _ThreadPending(Pending):
             self._remaining -= 1
             last = self._remaining == 0
         if last:
-            try:
+            # A RuntimeError means the event loop is closed: nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
                 self._wake(self._done.set)
-            except RuntimeError:  # the event loop is closed: nobody is waiting any more
-                pass
 
     async def wait(self) -> None:
         await self._done.wait()

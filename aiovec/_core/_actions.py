@@ -59,7 +59,7 @@ def _dict_splitter(space: spaces.Dict, num_envs: int) -> Splitter:
     return split
 
 
-def _tuple_splitter(space: spaces.Tuple, num_envs: int) -> Splitter:
+def _tuple_splitter(space: spaces.Tuple[Any], num_envs: int) -> Splitter:
     children = [_make_splitter(child, num_envs) for child in space.spaces]
 
     def split(actions: Any, where: str) -> list[Any]:

@@ -15,9 +15,12 @@ def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> lis
     """``None`` → no seeds, an int ``s`` → ``s, s+1, …``, a sequence → one seed per sub-env."""
     if seed is None:
         return [None] * num_envs
-    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-        return [int(seed) + index for index in range(num_envs)]
-    if isinstance(seed, (str, bytes)) or not isinstance(seed, Sequence):
+    candidate: object = seed  # checked as an object: callers may pass anything
+    if isinstance(candidate, bool):
+        raise TypeError("seed must be None, an int or a list of ints, got bool")
+    if isinstance(candidate, numbers.Integral):
+        return [int(candidate) + index for index in range(num_envs)]
+    if isinstance(candidate, (str, bytes)) or not isinstance(seed, Sequence):
         raise TypeError(f"seed must be None, an int or a list of ints, got {type(seed).__name__}")
     seeds = list(seed)
     if len(seeds) != num_envs:

@@ -1,4 +1,4 @@
-"""``AsyncVectorEnv``: many sub-envs behind one awaitable ``reset``/``step`` with Gymnasium's semantics."""
+"""``AsyncVectorEnv``: sub-envs behind one awaitable ``reset``/``step``, as Gymnasium defines it."""
 
 from __future__ import annotations
 
@@ -104,7 +104,8 @@ class AsyncVectorEnv:
         observation_mode: ObservationMode = "same",
         close_timeout: float = 10.0,
     ) -> None:
-        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+        candidate: object = env_fns  # checked as an object: callers may pass anything
+        if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
             raise TypeError(f"env_fns must be a sequence of callables, got {type(env_fns)}")
         if not env_fns:
             raise ValueError("env_fns is empty: a vector env needs at least one sub-env")
@@ -165,13 +166,15 @@ class AsyncVectorEnv:
 
     def _allocate_buffers(self, spaces: VectorSpaces) -> None:
         n = self.num_envs
-        self._observations = create_empty_array(spaces.single_observation_space, n, np.zeros)
+        self._observations: Any = create_empty_array(spaces.single_observation_space, n,
+                                                     np.zeros)
         # Never-reset sub-envs show zeros until their first reset.
         self._env_obs: list[Any] = list(iterate(spaces.observation_space, self._observations))
         self._rewards = np.zeros(n, dtype=np.float64)
         self._terminations = np.zeros(n, dtype=np.bool_)
         self._truncations = np.zeros(n, dtype=np.bool_)
         self._reset_needed = np.ones(n, dtype=np.bool_)
+        self._has_reset = False
         self._split_actions = ActionSplitter(spaces.single_action_space, n)
         self._all_envs = range(n)
 
@@ -299,7 +302,7 @@ class AsyncVectorEnv:
     async def step(
         self, actions: Any, *, timeout: Timeout = USE_DEFAULT
     ) -> tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]:
-        """Step every sub-env with its action → ``(obs, rewards, terminations, truncations, infos)``.
+        """Step each sub-env with its action → ``(obs, rewards, terminations, truncations, infos)``.
 
         The batch is checked first: a wrong batch size, shape or dtype raises ``ValueError``
         and no sub-env steps.
@@ -388,13 +391,15 @@ class AsyncVectorEnv:
         finally:
             self._release(in_flight)
         indices = list(in_flight.pending.env_indices)
-        n, env_obs, infos = self.num_envs, self._env_obs, {}
+        n, env_obs = self.num_envs, self._env_obs
+        infos: dict[str, Any] = {}
         for env_index, (obs, info) in zip(indices, replies):
             env_obs[env_index] = obs
             merge_info(infos, info, env_index, n)
         self._terminations[indices] = False
         self._truncations[indices] = False
         self._reset_needed[indices] = False
+        self._has_reset = True
         self._observations = concatenate(self.single_observation_space, env_obs,
                                          self._observations)
         observations = self._observations
@@ -408,7 +413,7 @@ class AsyncVectorEnv:
         return self._submit(Op.STEP, "step", self._all_envs, per_env_actions)
 
     def _reset_needed_message(self) -> str:
-        if self._state is not _State.RUNNING:
+        if self._state is not _State.RUNNING or not self._has_reset:
             return "cannot step before reset: call `await envs.reset()` first"
         indices = np.flatnonzero(self._reset_needed).tolist()
         return (f"cannot step: sub-env(s) {', '.join(map(str, indices))} need a reset first "
@@ -420,7 +425,8 @@ class AsyncVectorEnv:
             replies = await self._collect(in_flight, timeout)
         finally:
             self._release(in_flight)
-        n, env_obs, infos = self.num_envs, self._env_obs, {}
+        n, env_obs = self.num_envs, self._env_obs
+        infos: dict[str, Any] = {}
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
         for env_index, (obs, reward, terminated, truncated, info, final) in enumerate(replies):
             env_obs[env_index] = obs
@@ -470,10 +476,13 @@ class AsyncVectorEnv:
         """Await every reply of ``in_flight``; raise for a timeout or failed sub-envs."""
         operation, pending = in_flight.operation, in_flight.pending
         deadline = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
-        with anyio.move_on_after(deadline) as scope:
+        if deadline is None:  # no cancel scope of our own: the caller's still apply
             await pending.wait()
-        if scope.cancelled_caught:
-            raise EnvTimeoutError(operation, pending.unanswered(), deadline)
+        else:
+            with anyio.move_on_after(deadline) as scope:
+                await pending.wait()
+            if scope.cancelled_caught:
+                raise EnvTimeoutError(operation, pending.unanswered(), deadline)
         self._raise_failures(operation, pending.replies)
         return pending.replies
 

@@ -8,6 +8,7 @@ from code whose own thread already runs an event loop (notebooks, async web hand
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Sequence
 from typing import Any
@@ -43,7 +44,7 @@ class _Waiting(enum.Enum):
 
 
 class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
-    """Synchronous vector env over aiovec's async core; a drop-in for Gymnasium's ``AsyncVectorEnv``.
+    """A synchronous vector env over aiovec's async core; a drop-in for Gymnasium's.
 
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``shared_memory``, ``context`` and
     ``daemon`` are for the process backend and otherwise ignored) and every
@@ -67,7 +68,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         close_timeout: float = 10.0,
     ) -> None:
         if worker is not None:
-            raise ValueError("aiovec runs its own sub-env hosts: a custom `worker` is not supported")
+            raise ValueError("aiovec runs its own sub-env hosts: "
+                             "a custom `worker` is not supported")
         self.shared_memory = shared_memory
         self.context = context
         self.daemon = daemon
@@ -187,7 +189,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         """Each sub-env's ``np_random_seed``."""
         return self.get_attr("np_random_seed")
 
-    @property
+    @property  # type: ignore[misc]  # Gymnasium's AsyncVectorEnv has no setter either
     def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
         """Each sub-env's random generator."""
         return self.get_attr("np_random")
@@ -203,10 +205,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
                 gym.logger.warn(f"Calling `close` while waiting for a pending call to "
                                 f"`{self._waiting.value}` to complete.")
                 wait = getattr(self, f"{self._waiting.value}_wait")
-                try:
+                with contextlib.suppress(Exception):  # closing: the pending result is moot
                     wait(timeout)
-                except Exception:  # the env is being closed: the pending result is moot
-                    pass
             self._waiting = _Waiting.NOTHING
             self._loop.run(self._env.aclose)
         finally:

@@ -19,6 +19,8 @@ def _spaces_for(kind: str) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
         return (spaces.Box(-1.0, 1.0, (3,), np.float32), spaces.Box(-1.0, 1.0, (2,), np.float32))
     if kind == "discrete":
         return spaces.Discrete(7), spaces.Discrete(3)
+    observation: spaces.Space[Any]
+    action: spaces.Space[Any]
     if kind == "dict":
         observation = spaces.Dict({
             "position": spaces.Box(-1.0, 1.0, (2,), np.float64),
@@ -43,7 +45,7 @@ class EpisodeEnv(gym.Env[Any, Any]):
     truncation after a random length drawn at reset from ``[min_length, max_length]``.
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012 - Gymnasium's own convention
 
     def __init__(self, kind: str = "box", min_length: int = 3, max_length: int = 40,
                  terminate_probability: float = 0.05, render_mode: str | None = None) -> None:
@@ -101,7 +103,7 @@ class EpisodeEnv(gym.Env[Any, Any]):
         return np.full((4, 4, 3), self.elapsed % 256, dtype=np.uint8)
 
 
-class CountingEnv(gym.Env[np.ndarray[Any, Any], int]):
+class CountingEnv(gym.Env[np.ndarray[Any, Any], Any]):
     """Observation ``[steps, resets]``; counts every call, never ends an episode on its own.
 
     ``steps`` and ``resets`` are attributes, so ``get_attr`` can prove what ran.

@@ -1,0 +1,47 @@
+# The two commands of the README's quickstart, and the checks CI runs.
+#   make demo   - set up .venv (first time only) and run examples/quickstart.py
+#   make test   - set up .venv (first time only), then lint, type-check, test and package-check
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Reinstall whenever the project's dependencies change.
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: demo test lint typecheck unit package bench clean
+
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+test: lint typecheck unit package
+
+lint: $(STAMP)
+	$(BIN)/ruff check aiovec tests examples benchmarks tools
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+# Build the wheel and sdist, then import aiovec from the wheel alone: packaging cannot rot.
+package: $(STAMP)
+	rm -rf dist build/wheel-check
+	$(BIN)/python -m build --quiet --outdir dist .
+	$(BIN)/python -m pip install --quiet --no-deps --target build/wheel-check dist/*.whl
+	cd build && PYTHONPATH=wheel-check ../$(BIN)/python -c "import aiovec, aiovec.testing, \
+	pathlib; assert 'wheel-check' in aiovec.__file__, aiovec.__file__; \
+	assert (pathlib.Path(aiovec.__file__).parent / 'py.typed').exists(); \
+	print('wheel OK:', aiovec.__version__, sorted(aiovec.__all__)[:3], '...')"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,193 @@
+"""aiovec.VectorEnv: a real Gymnasium VectorEnv with AsyncVectorEnv's call protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import trio
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+import aiovec
+from aiovec.testing import CountingEnv, EpisodeEnv
+from tests.envs import GatedEnv
+
+BACKENDS = ["inline", "thread"]
+backends = pytest.mark.parametrize("backend", BACKENDS)
+
+
+@pytest.fixture
+def shim(request: pytest.FixtureRequest) -> Iterator[aiovec.VectorEnv]:
+    envs = aiovec.VectorEnv([CountingEnv] * 3, backend=getattr(request, "param", "thread"))
+    yield envs
+    envs.close()
+
+
+@backends
+def test_is_a_gymnasium_vector_env(backend: str) -> None:
+    envs = aiovec.VectorEnv([lambda: EpisodeEnv("dict")] * 2, backend=backend)
+    try:
+        assert isinstance(envs, gym.vector.VectorEnv)
+        assert envs.unwrapped is envs
+        assert envs.num_envs == 2 and envs.backend_name == backend
+        assert envs.metadata["autoreset_mode"] is gym.vector.AutoresetMode.NEXT_STEP
+        obs, _ = envs.reset(seed=3)
+        assert envs.observation_space.contains(obs)
+        assert envs.np_random_seed == (3, 4)
+        assert all(isinstance(rng, np.random.Generator) for rng in envs.np_random)
+        result = envs.step(envs.action_space.sample())
+        assert len(result) == 5 and envs.observation_space.contains(result[0])
+        assert "VectorEnv" in repr(envs) and backend in repr(envs)
+    finally:
+        envs.close()
+
+
+def test_async_wait_pairs(shim: aiovec.VectorEnv) -> None:
+    shim.reset_async(seed=1)
+    obs, _ = shim.reset_wait()
+    assert obs.tolist() == [[0, 1]] * 3
+    shim.step_async(np.ones(3, np.int64))
+    obs, rewards, *_ = shim.step_wait()
+    assert obs[:, 0].tolist() == [1, 1, 1] and rewards.tolist() == [1.0] * 3
+    shim.call_async("_observation")
+    assert len(shim.call_wait()) == 3
+    assert shim.get_attr("steps") == (1, 1, 1)
+    shim.set_attr("steps", [5, 6, 7])
+    assert shim.call("_observation")[2].tolist() == [7, 1]
+
+
+def test_out_of_order_calls_raise_gymnasiums_errors(shim: aiovec.VectorEnv) -> None:
+    with pytest.raises(NoAsyncCallError):
+        shim.step_wait()
+    with pytest.raises(NoAsyncCallError):
+        shim.reset_wait()
+    shim.reset_async()
+    with pytest.raises(AlreadyPendingCallError):
+        shim.step_async(np.zeros(3, np.int64))
+    with pytest.raises(AlreadyPendingCallError):
+        shim.reset()
+    with pytest.raises(NoAsyncCallError):
+        shim.call_wait()
+    shim.reset_wait()
+    with pytest.raises(ValueError, match="expected shape"):
+        shim.step_async(np.zeros(4, np.int64))
+    shim.step_async(np.zeros(3, np.int64))  # a rejected step_async left nothing pending
+    shim.step_wait()
+
+
+def test_close_is_idempotent_and_final() -> None:
+    shim = aiovec.VectorEnv([CountingEnv] * 2)
+    shim.reset()
+    shim.step_async(np.zeros(2, np.int64))
+    with pytest.warns(UserWarning, match="pending call to `step`"):
+        shim.close()  # waits for the pending step first
+    shim.close()
+    assert shim.closed
+    with pytest.raises(ClosedEnvironmentError):
+        shim.reset()
+    with pytest.raises(aiovec.ClosedError):
+        shim.step(np.zeros(2, np.int64))
+
+
+def test_step_wait_timeout_then_recovers() -> None:
+    gated = GatedEnv()
+    shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
+    try:
+        shim.reset()
+        shim.step_async(np.ones(2, np.int64))
+        with pytest.raises(multiprocessing.TimeoutError) as caught:
+            shim.step_wait(timeout=0.2)
+        assert isinstance(caught.value, aiovec.EnvTimeoutError)
+        assert caught.value.env_indices == (0,)
+        gated.gated = False
+        gated.release.set()
+        obs, *_ = shim.step(np.ones(2, np.int64))
+        assert obs[:, 0].tolist() == [2, 2]
+    finally:
+        shim.close()
+
+
+def test_construction_timeout_is_the_default_deadline() -> None:
+    gated = GatedEnv()
+    shim = aiovec.VectorEnv([lambda: gated], backend="thread", timeout=0.2)
+    try:
+        shim.reset()
+        with pytest.raises(aiovec.EnvTimeoutError):
+            shim.step(np.ones(1, np.int64))
+        gated.release.set()
+    finally:
+        shim.close()
+
+
+def test_works_from_inside_a_running_event_loop() -> None:
+    async def handler_calling_sync_code() -> list[int]:
+        shim = aiovec.VectorEnv([CountingEnv] * 2)
+        try:
+            shim.reset()
+            obs, *_ = shim.step(np.ones(2, np.int64))
+            return [int(value) for value in obs[:, 0]]
+        finally:
+            shim.close()
+
+    assert asyncio.run(handler_calling_sync_code()) == [1, 1]
+    assert trio.run(handler_calling_sync_code) == [1, 1]
+
+
+def test_ctrl_c_cancels_the_blocking_call() -> None:
+    gated = GatedEnv()
+    shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
+    try:
+        shim.reset()
+
+        def interrupt_once_stepping() -> None:
+            assert gated.entered.wait(timeout=30)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_stepping)
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            shim.step(np.ones(2, np.int64))
+        interrupter.join()
+        # The async step was cancelled, not left running: the shim takes a new call at once.
+        assert "in flight" not in repr(shim.async_env)
+        gated.gated = False
+        gated.release.set()
+        obs, *_ = shim.step(np.ones(2, np.int64))
+        assert obs[:, 0].tolist() == [2, 2]
+    finally:
+        shim.close()
+
+
+def test_gymnasium_vector_wrappers_work() -> None:
+    shim = aiovec.VectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(shim)
+    try:
+        envs.reset(seed=0)
+        episodes = 0
+        for _ in range(300):
+            *_, infos = envs.step(envs.action_space.sample())
+            episodes += int(infos.get("_episode", np.zeros(2, bool)).sum())
+        assert episodes > 0
+    finally:
+        envs.close()
+    assert shim.closed
+
+
+def test_start_failure_leaves_no_thread() -> None:
+    def explode() -> gym.Env[np.ndarray, int]:
+        raise RuntimeError("no simulator licence")
+
+    with pytest.raises(aiovec.SubEnvErrorGroup, match="sub-env\\(s\\) 1 failed"):
+        aiovec.VectorEnv([CountingEnv, explode])
+
+
+def test_custom_worker_is_refused() -> None:
+    with pytest.raises(ValueError, match="custom `worker`"):
+        aiovec.VectorEnv([CountingEnv], worker=lambda *args: None)  # type: ignore[arg-type]
