@@ -23,15 +23,17 @@ async def async_demo(num_envs: int, steps: int, backend: str) -> float:
     async with aiovec.AsyncVectorEnv([make_cartpole] * num_envs, backend=backend) as envs:
         observations, infos = await envs.reset(seed=42)
         envs.action_space.seed(42)
-        episodes = 0
+        episodes, total_reward = 0, 0.0
         started = time.perf_counter()
         for _ in range(steps):
             actions = envs.action_space.sample()
             observations, rewards, terminations, truncations, infos = await envs.step(actions)
             episodes += int((terminations | truncations).sum())
+            total_reward += float(rewards.sum())
         elapsed = time.perf_counter() - started
     print(f"  async  {backend:>6}: {num_envs * steps / elapsed:>9,.0f} steps/s, "
-          f"{episodes} episodes finished")
+          f"{episodes} episodes finished, mean return {total_reward / max(episodes, 1):.1f}, "
+          f"last batch {observations.shape} with {len(infos)} info keys")
     return elapsed
 
 
