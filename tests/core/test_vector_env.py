@@ -338,12 +338,15 @@ async def test_two_tasks_cannot_step_at_once() -> None:
 
 
 def test_unclosed_env_warns_and_stops_its_threads() -> None:
+    forgotten: list[aiovec.AsyncVectorEnv] = []
+
     async def leak() -> None:
-        envs = aiovec.AsyncVectorEnv(counting(2), backend="thread")
-        await envs.reset()
+        forgotten.append(aiovec.AsyncVectorEnv(counting(2), backend="thread"))
+        await forgotten[0].reset()
 
     anyio.run(leak)
     with pytest.warns(ResourceWarning, match="unclosed"):
+        forgotten.clear()  # the last reference: __del__ runs here
         gc.collect()
     for thread in threading.enumerate():
         if thread.name.startswith("aiovec-env-"):
