@@ -19,7 +19,7 @@ $(STAMP):
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck unit package
+test: lint typecheck package unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools

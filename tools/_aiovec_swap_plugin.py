@@ -100,13 +100,15 @@ def _gist(report: pytest.TestReport) -> str:
         return str(longrepr[2])
     crash = getattr(longrepr, "reprcrash", None)
     message = str(crash.message if crash is not None else longrepr)
-    where = f"({Path(crash.path).name}:{crash.lineno})" if crash is not None else ""
+    crash_at = f"({Path(crash.path).name}:{crash.lineno})" if crash is not None else ""
+    where = crash_at
     test_file = Path(report.location[0]).name
     for entry in getattr(getattr(longrepr, "reprtraceback", None), "reprentries", []):
         loc = getattr(entry, "reprfileloc", None)
         source = [ln[1:].strip() for ln in getattr(entry, "lines", []) if ln.startswith(">")]
         if loc is not None and source and Path(loc.path).name == test_file:
-            where = f"{source[-1]} ({test_file}:{loc.lineno}) {where}"  # innermost test line
+            test_at = f"({test_file}:{loc.lineno})"  # the innermost line of the test file
+            where = f"{source[-1]} {test_at}" + (f" {crash_at}" if crash_at != test_at else "")
     text = " / ".join(line.strip() for line in message.strip().splitlines() if line.strip())
     return f"{where.strip()}: {text}"[:400]
 
