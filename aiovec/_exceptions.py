@@ -24,13 +24,13 @@ from __future__ import annotations
 import multiprocessing
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.error import ResetNeeded as _GymResetNeeded
 
 if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
-    from exceptiongroup import ExceptionGroup
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 __all__ = [
     "AiovecError",
@@ -128,23 +128,38 @@ class SubEnvError(AiovecError):
         self.__cause__ = (state or {}).get("__cause__")
 
 
+def _group_message(operation: str, errors: Sequence[SubEnvError]) -> str:
+    indices = _join_indices([error.env_index for error in errors])
+    details = "; ".join(f"[{error.env_index}] {error.description}" for error in errors)
+    return f"{operation}: sub-env(s) {indices} failed: {details}"
+
+
 class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
     """All the sub-envs that failed in one call, as an ``ExceptionGroup`` of ``SubEnvError``.
 
-    ``env_indices`` lists them in order. Sub-envs not listed answered normally.
+    ``env_indices`` lists them in order; sub-envs not listed answered normally. When every
+    failed sub-env raised the same exception type (say ``ValueError``), the group raised is
+    also an instance of that type, so ``except ValueError`` keeps working as it did with
+    Gymnasium, which re-raises the sub-env's exception type.
     """
 
+    operation: str
+
     def __new__(cls, operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
-        indices = _join_indices([error.env_index for error in errors])
-        self = super().__new__(cls, f"{operation}: sub-env(s) {indices} failed", list(errors))
+        self = super().__new__(cls, _group_message(operation, errors), list(errors))
         self.operation = operation
         return self
 
     def __init__(self, operation: str, errors: Sequence[SubEnvError]) -> None:
-        indices = _join_indices([error.env_index for error in errors])
-        super().__init__(f"{operation}: sub-env(s) {indices} failed", list(errors))
+        super().__init__(_group_message(operation, errors), list(errors))
 
-    operation: str
+    @classmethod
+    def from_errors(cls, operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
+        """The group for ``errors``, also deriving from their common original type if any."""
+        causes = {type(error.__cause__) for error in errors if error.__cause__ is not None}
+        same_type = len(causes) == 1 and all(error.__cause__ is not None for error in errors)
+        group_class = _group_class_for(causes.pop()) if same_type else cls
+        return group_class(operation, errors)
 
     @property
     def env_indices(self) -> tuple[int, ...]:
@@ -153,7 +168,34 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
                      if isinstance(error, SubEnvError))
 
     def derive(self, excs: Sequence[SubEnvError]) -> SubEnvErrorGroup:  # type: ignore[override]
-        return SubEnvErrorGroup(self.operation, excs)
+        return SubEnvErrorGroup.from_errors(self.operation, excs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.operation, list(self.exceptions)))
+        # The derived classes are made at run time; they are rebuilt from the causes.
+        rebuild = SubEnvErrorGroup if type(self) is SubEnvErrorGroup else _rebuild_group
+        return (rebuild, (self.operation, list(self.exceptions)))
+
+
+def _rebuild_group(operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
+    return SubEnvErrorGroup.from_errors(operation, errors)
+
+
+_GROUP_CLASSES: dict[type[BaseException], type[SubEnvErrorGroup]] = {}
+
+
+def _group_class_for(cause_type: type[BaseException]) -> type[SubEnvErrorGroup]:
+    """``SubEnvErrorGroup`` that is also a ``cause_type``, where Python allows the combination."""
+    if cause_type in _GROUP_CLASSES:
+        return _GROUP_CLASSES[cause_type]
+    group_class = SubEnvErrorGroup
+    if issubclass(cause_type, Exception) and not issubclass(
+        cause_type, (AiovecError, BaseExceptionGroup)
+    ):
+        name = f"SubEnvErrorGroup[{cause_type.__name__}]"
+        try:
+            group_class = cast("type[SubEnvErrorGroup]", type(
+                name, (SubEnvErrorGroup, cause_type), {"__module__": "aiovec"}))
+        except TypeError:  # incompatible instance layouts (e.g. OSError subclasses)
+            group_class = SubEnvErrorGroup
+    _GROUP_CLASSES[cause_type] = group_class
+    return group_class

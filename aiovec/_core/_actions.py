@@ -28,6 +28,9 @@ def _array_splitter(space: spaces.Space[Any], num_envs: int, kinds: str) -> Spli
             array = np.array(actions)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: cannot be read as an array: {exc}") from None
+        if array.ndim == 0:  # one action, not a batch (Gymnasium raises TypeError here too)
+            what = "a scalar" if array.dtype != object else f"a {type(actions).__name__}"
+            raise TypeError(f"{where}: expected a batch of {num_envs} actions, got {what}")
         if array.shape != shape:
             raise ValueError(
                 f"{where}: expected shape {shape} for {num_envs} sub-envs of {space}, "

@@ -62,7 +62,8 @@ def resolve_spaces(
         if observation_mode == "same":
             if description.observation_space != single_observation_space:
                 raise RuntimeError(
-                    f"observation_mode='same' but sub-env {index} has observation space "
+                    "observation_mode='same' but the sub-environments observation spaces are "
+                    f"not equivalent. Sub-env {index} has observation space "
                     f"{description.observation_space}, not {single_observation_space}. If this "
                     "is intentional, use `observation_mode='different'` instead."
                 )

@@ -13,6 +13,7 @@ from typing import Any, Final
 import anyio
 import gymnasium as gym
 import numpy as np
+from gymnasium.error import CustomSpaceError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
@@ -168,8 +169,11 @@ class AsyncVectorEnv:
         n = self.num_envs
         self._observations: Any = create_empty_array(spaces.single_observation_space, n,
                                                      np.zeros)
-        # Never-reset sub-envs show zeros until their first reset.
-        self._env_obs: list[Any] = list(iterate(spaces.observation_space, self._observations))
+        try:  # never-reset sub-envs show zeros until their first reset
+            self._env_obs: list[Any] = list(iterate(spaces.observation_space,
+                                                    self._observations))
+        except CustomSpaceError:  # a space Gymnasium cannot batch into arrays: kept per env
+            self._env_obs = [None] * n
         self._rewards = np.zeros(n, dtype=np.float64)
         self._terminations = np.zeros(n, dtype=np.bool_)
         self._truncations = np.zeros(n, dtype=np.bool_)
@@ -498,4 +502,4 @@ class AsyncVectorEnv:
             errors.append(error)
         if operation in ("step", "reset") and self._state is _State.RUNNING:
             self._reset_needed[[failure.env_index for failure in failures]] = True
-        raise SubEnvErrorGroup(operation, errors)
+        raise SubEnvErrorGroup.from_errors(operation, errors)

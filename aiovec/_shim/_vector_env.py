@@ -201,12 +201,13 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         by the ``close_timeout`` given at construction.
         """
         try:
-            if self._waiting is not _Waiting.NOTHING and not terminate:
+            if self._waiting is not _Waiting.NOTHING:
                 gym.logger.warn(f"Calling `close` while waiting for a pending call to "
                                 f"`{self._waiting.value}` to complete.")
-                wait = getattr(self, f"{self._waiting.value}_wait")
-                with contextlib.suppress(Exception):  # closing: the pending result is moot
-                    wait(timeout)
+                if not terminate:
+                    wait = getattr(self, f"{self._waiting.value}_wait")
+                    with contextlib.suppress(Exception):  # closing: the pending result is moot
+                        wait(timeout)
             self._waiting = _Waiting.NOTHING
             self._loop.run(self._env.aclose)
         finally:

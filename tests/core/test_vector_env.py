@@ -128,7 +128,8 @@ BAD_DISCRETE_BATCHES = [
     pytest.param(np.zeros((2, 1), np.int64), "expected shape", id="extra-dimension"),
     pytest.param(np.zeros(2, np.float32), "expected dtype int64", id="float-for-discrete"),
     pytest.param(["a", "b"], "expected dtype", id="strings"),
-    pytest.param({"move": [0, 1]}, "expected shape", id="dict-for-discrete"),
+    pytest.param({"move": [0, 1]}, "expected a batch of 2 actions, got a dict",
+                 id="dict-for-discrete"),
 ]
 
 
@@ -137,7 +138,7 @@ BAD_DISCRETE_BATCHES = [
 async def test_bad_actions_touch_no_sub_env(backend: str, actions: Any, message: str) -> None:
     async with aiovec.AsyncVectorEnv(counting(2), backend=backend) as envs:
         await envs.reset()
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises((ValueError, TypeError), match=message):
             await envs.step(actions)
         assert await steps_taken(envs) == [0, 0]
         await envs.step([1, 1])  # a plain list of ints is a fine batch
@@ -252,7 +253,7 @@ async def test_copy_false_returns_the_reused_buffer(backend: str) -> None:
 async def test_observation_mode_checks(backend: str) -> None:
     small = lambda: EpisodeEnv("box")  # noqa: E731
     other = lambda: EpisodeEnv("discrete")  # noqa: E731
-    with pytest.raises(RuntimeError, match="observation_mode='same' but sub-env 1"):
+    with pytest.raises(RuntimeError, match=r"not equivalent\. Sub-env 1 has observation space"):
         async with aiovec.AsyncVectorEnv([small, other], backend=backend):
             pass
 
@@ -366,3 +367,30 @@ def test_exceptions_pickle() -> None:
     assert copy.exceptions[0].remote_traceback == "Traceback ..."
     assert pickle.loads(pickle.dumps(timeout)).env_indices == (1, 4)
     assert group.derive([error]).env_indices == (2,)
+
+
+@backends
+async def test_error_group_is_also_the_original_type(backend: str) -> None:
+    factories = [CountingEnv, lambda: RaisingEnv("step"), lambda: RaisingEnv("step")]
+    async with aiovec.AsyncVectorEnv(factories, backend=backend) as envs:
+        await envs.reset()
+        with pytest.raises(ValueError, match="injected failure in step") as caught:
+            await envs.step(np.zeros(3, np.int64))  # Gymnasium-style `except ValueError` works
+        assert isinstance(caught.value, aiovec.SubEnvErrorGroup)
+        assert caught.value.env_indices == (1, 2)
+        copy = pickle.loads(pickle.dumps(caught.value))
+        assert isinstance(copy, ValueError) and isinstance(copy, aiovec.SubEnvErrorGroup)
+
+    mixed = [lambda: RaisingEnv("step"), lambda: RaisingEnv("step", error=KeyError("k"))]
+    async with aiovec.AsyncVectorEnv(mixed, backend=backend) as envs:
+        await envs.reset()
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.zeros(2, np.int64))
+        assert not isinstance(caught.value, (ValueError, KeyError))
+
+
+async def test_scalar_action_is_a_type_error() -> None:
+    async with aiovec.AsyncVectorEnv(counting(2), backend="inline") as envs:
+        await envs.reset()
+        with pytest.raises(TypeError, match="expected a batch of 2 actions, got a scalar"):
+            await envs.step(0)
