@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aiovec._core._slot import Op
+from aiovec._core._slot import Failure, Op
+from aiovec._core._spaces import VectorSpaces
 
-__all__ = ["NO_REPLY", "Backend", "Pending"]
+__all__ = ["NO_REPLY", "Backend", "BatchBuffers", "Pending"]
 
 
 class _NoReply:
@@ -50,18 +53,42 @@ class Pending(abc.ABC):
     async def wait(self) -> None:
         """Return once every addressed sub-env has replied (cancellable)."""
 
+    def failures(self) -> list[Failure]:
+        """The replies that are failures, in sub-env order."""
+        return [reply for reply in self.replies if type(reply) is Failure]
+
     def unanswered(self) -> list[int]:
         """The indices of the sub-envs that still owe a reply."""
         return [index for index, reply in zip(self.env_indices, self.replies)
                 if reply is NO_REPLY]
 
 
+@dataclass(frozen=True)
+class BatchBuffers:
+    """Arrays a backend's sub-envs write their results into directly (shared memory).
+
+    With these, step replies are ``None`` or ``(info, final)`` and reset replies are the info
+    dict: observations, rewards and episode ends are already in place.
+    """
+
+    observations: Any
+    rewards: np.ndarray[Any, np.dtype[np.float64]]
+    terminations: np.ndarray[Any, np.dtype[np.bool_]]
+    truncations: np.ndarray[Any, np.dtype[np.bool_]]
+
+
 class Backend(abc.ABC):
-    """Hosts ``len(env_fns)`` sub-envs and serves requests on them."""
+    """Hosts ``len(env_fns)`` sub-envs and serves requests on them.
+
+    Replies to ``Op.STEP`` are ``StepOutcome`` tuples and to ``Op.RESET`` ``(obs, info)``,
+    unless ``attach`` returned ``BatchBuffers`` (see there). Any reply may be a ``Failure``.
+    """
 
     name: ClassVar[str]
     #: True when the sub-envs live in this process, so their objects can be read directly.
     in_process: ClassVar[bool]
+    #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
+    takes_action_batches: bool = False
 
     def __init__(
         self,
@@ -75,6 +102,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def start(self) -> Pending:
         """Make every sub-env (``Op.MAKE``); the replies are ``EnvDescription`` or ``Failure``."""
+
+    async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        """Called once the spaces are known; in-place backends return their buffers."""
+        return None
 
     @abc.abstractmethod
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:

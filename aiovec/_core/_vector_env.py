@@ -18,8 +18,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from aiovec._backends import load_backend, resolve_backend_name
-from aiovec._backends._base import Backend, Pending
-from aiovec._core._actions import ActionSplitter
+from aiovec._backends._base import Backend, BatchBuffers, Pending
+from aiovec._core._actions import ActionChecker
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import copy_observations
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
@@ -152,6 +152,7 @@ class AsyncVectorEnv:
             self._in_flight = _InFlight("start", await self._backend.start())
             descriptions: list[EnvDescription] = await self._collect(self._in_flight, timeout)
             self._spaces = resolve_spaces(self.observation_mode, descriptions)
+            buffers = await self._backend.attach(self._spaces)
         except BaseException:
             self._in_flight = None
             self._state = _State.CLOSED
@@ -162,24 +163,31 @@ class AsyncVectorEnv:
         self._metadata = dict(descriptions[0].metadata)
         self._metadata["autoreset_mode"] = self.autoreset_mode
         self._render_mode = descriptions[0].render_mode
-        self._allocate_buffers(self._spaces)
+        self._allocate_buffers(self._spaces, buffers)
         self._state = _State.RUNNING
 
-    def _allocate_buffers(self, spaces: VectorSpaces) -> None:
+    def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
-        self._observations: Any = create_empty_array(spaces.single_observation_space, n,
-                                                     np.zeros)
-        try:  # never-reset sub-envs show zeros until their first reset
-            self._env_obs: list[Any] = list(iterate(spaces.observation_space,
-                                                    self._observations))
-        except CustomSpaceError:  # a space Gymnasium cannot batch into arrays: kept per env
-            self._env_obs = [None] * n
-        self._rewards = np.zeros(n, dtype=np.float64)
-        self._terminations = np.zeros(n, dtype=np.bool_)
-        self._truncations = np.zeros(n, dtype=np.bool_)
+        self._in_place = buffers is not None
+        if buffers is not None:  # the backend's sub-envs write straight into these
+            self._observations: Any = buffers.observations
+            self._rewards = buffers.rewards
+            self._terminations = buffers.terminations
+            self._truncations = buffers.truncations
+        else:
+            self._observations = create_empty_array(spaces.single_observation_space, n,
+                                                    np.zeros)
+            try:  # never-reset sub-envs show zeros until their first reset
+                self._env_obs: list[Any] = list(iterate(spaces.observation_space,
+                                                        self._observations))
+            except CustomSpaceError:  # a space Gymnasium cannot batch into arrays
+                self._env_obs = [None] * n
+            self._rewards = np.zeros(n, dtype=np.float64)
+            self._terminations = np.zeros(n, dtype=np.bool_)
+            self._truncations = np.zeros(n, dtype=np.bool_)
         self._reset_needed = np.ones(n, dtype=np.bool_)
         self._has_reset = False
-        self._split_actions = ActionSplitter(spaces.single_action_space, n)
+        self._actions = ActionChecker(spaces.single_action_space, n)
         self._all_envs = range(n)
 
     async def aclose(self) -> None:
@@ -195,7 +203,7 @@ class AsyncVectorEnv:
         with anyio.CancelScope(shield=True):
             pending = await self._backend.aclose(self.close_timeout)
         if pending is not None:
-            self._raise_failures("close", pending.replies)
+            self._raise_failures("close", pending.failures())
 
     async def __aenter__(self) -> AsyncVectorEnv:
         await self.start()
@@ -395,17 +403,22 @@ class AsyncVectorEnv:
         finally:
             self._release(in_flight)
         indices = list(in_flight.pending.env_indices)
-        n, env_obs = self.num_envs, self._env_obs
+        n = self.num_envs
         infos: dict[str, Any] = {}
-        for env_index, (obs, info) in zip(indices, replies):
-            env_obs[env_index] = obs
-            merge_info(infos, info, env_index, n)
+        if self._in_place:  # observations are in place; the replies are the infos
+            for env_index, info in zip(indices, replies):
+                merge_info(infos, info, env_index, n)
+        else:
+            env_obs = self._env_obs
+            for env_index, (obs, info) in zip(indices, replies):
+                env_obs[env_index] = obs
+                merge_info(infos, info, env_index, n)
+            self._observations = concatenate(self.single_observation_space, env_obs,
+                                             self._observations)
         self._terminations[indices] = False
         self._truncations[indices] = False
         self._reset_needed[indices] = False
         self._has_reset = True
-        self._observations = concatenate(self.single_observation_space, env_obs,
-                                         self._observations)
         observations = self._observations
         return (copy_observations(observations) if self.copy else observations), infos
 
@@ -413,8 +426,9 @@ class AsyncVectorEnv:
         self._claim("step")
         if self._state is not _State.RUNNING or self._reset_needed.any():
             raise ResetNeededError(self._reset_needed_message())
-        per_env_actions = self._split_actions(actions)
-        return self._submit(Op.STEP, "step", self._all_envs, per_env_actions)
+        batch = self._actions.check(actions)
+        payloads = batch if self._backend.takes_action_batches else self._actions.split(batch)
+        return self._submit(Op.STEP, "step", self._all_envs, payloads)
 
     def _reset_needed_message(self) -> str:
         if self._state is not _State.RUNNING or not self._has_reset:
@@ -429,20 +443,32 @@ class AsyncVectorEnv:
             replies = await self._collect(in_flight, timeout)
         finally:
             self._release(in_flight)
-        n, env_obs = self.num_envs, self._env_obs
+        n = self.num_envs
         infos: dict[str, Any] = {}
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
-        for env_index, (obs, reward, terminated, truncated, info, final) in enumerate(replies):
-            env_obs[env_index] = obs
-            rewards[env_index] = reward
-            terminations[env_index] = terminated
-            truncations[env_index] = truncated
-            if final is not None:
-                merge_info(infos, final, env_index, n)
-            if info:
-                merge_info(infos, info, env_index, n)
-        self._observations = concatenate(self.single_observation_space, env_obs,
-                                         self._observations)
+        if self._in_place:  # results are in place; a reply is None or (info, final)
+            for env_index, reply in enumerate(replies):
+                if reply is not None:
+                    info, final = reply
+                    if final is not None:
+                        merge_info(infos, final, env_index, n)
+                    if info:
+                        merge_info(infos, info, env_index, n)
+        else:
+            env_obs = self._env_obs
+            for env_index, (obs, reward, terminated, truncated, info, final) in enumerate(
+                replies
+            ):
+                env_obs[env_index] = obs
+                rewards[env_index] = reward
+                terminations[env_index] = terminated
+                truncations[env_index] = truncated
+                if final is not None:
+                    merge_info(infos, final, env_index, n)
+                if info:
+                    merge_info(infos, info, env_index, n)
+            self._observations = concatenate(self.single_observation_space, env_obs,
+                                             self._observations)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._reset_needed |= terminations
             self._reset_needed |= truncations
@@ -487,11 +513,10 @@ class AsyncVectorEnv:
                 await pending.wait()
             if scope.cancelled_caught:
                 raise EnvTimeoutError(operation, pending.unanswered(), deadline)
-        self._raise_failures(operation, pending.replies)
+        self._raise_failures(operation, pending.failures())
         return pending.replies
 
-    def _raise_failures(self, operation: str, replies: list[Any]) -> None:
-        failures = [reply for reply in replies if type(reply) is Failure]
+    def _raise_failures(self, operation: str, failures: list[Failure]) -> None:
         if not failures:
             return
         errors = []

@@ -1,4 +1,4 @@
-"""ActionSplitter: per-sub-env actions equal Gymnasium's ``iterate``; bad batches say why."""
+"""ActionChecker: per-sub-env actions equal Gymnasium's ``iterate``; bad batches say why."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-from aiovec._core._actions import ActionSplitter
+from aiovec._core._actions import ActionChecker
 from tests.helpers import assert_identical
 
 SPACES = [
@@ -28,12 +28,14 @@ def test_split_equals_gymnasium_iterate(space: spaces.Space[Any]) -> None:
     batched = batch_space(space, 3)
     batched.seed(0)
     actions = batched.sample()
-    assert_identical(ActionSplitter(space, 3)(actions), list(iterate(batched, actions)))
+    checker = ActionChecker(space, 3)
+    assert_identical(checker.split(checker.check(actions)), list(iterate(batched, actions)))
 
 
 def test_split_copies_the_callers_array() -> None:
     actions = np.zeros((2, 2), np.float32)
-    per_env = ActionSplitter(spaces.Box(-1, 1, (2,), np.float32), 2)(actions)
+    checker = ActionChecker(spaces.Box(-1, 1, (2,), np.float32), 2)
+    per_env = checker.split(checker.check(actions))
     actions[:] = 1
     assert per_env[0].tolist() == [0, 0]
 
@@ -49,4 +51,11 @@ def test_split_copies_the_callers_array() -> None:
 ])
 def test_bad_batches(space: spaces.Space[Any], actions: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        ActionSplitter(space, 3)(actions)
+        ActionChecker(space, 3).check(actions)
+
+
+def test_checked_batch_takes_the_space_dtype() -> None:
+    checker = ActionChecker(spaces.Discrete(4), 3)
+    batch = checker.check(np.array([1, 2, 3], dtype=np.int32))
+    assert batch.dtype == np.int64 and batch.tolist() == [1, 2, 3]
+    assert type(checker.split(batch)[0]) is np.int64

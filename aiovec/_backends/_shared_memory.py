@@ -1,0 +1,185 @@
+"""Batched observations, actions, rewards and episode ends laid out in one shared memory block.
+
+The block is an anonymous memory file (``memfd`` on Linux, an already-unlinked temporary file
+elsewhere): it has no name, so nothing can leak when a process crashes; the kernel frees it
+when the last process holding it exits. Parent and workers map the same block and build the
+same numpy views from one ``BlockLayout``.
+
+Spaces whose batched form is a fixed-size array (Box, Discrete, MultiBinary, MultiDiscrete, and
+Dict/Tuple of those) get a region each; anything else is not representable here
+(``BlockLayout.for_space`` returns ``None``) and travels pickled instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["BlockLayout", "SpaceLayout", "open_block"]
+
+_ALIGNMENT = 64  # cache-line aligned regions: workers writing neighbouring rows share less
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    offset: int
+    shape: tuple[int, ...]  # batched: (num_envs, *single shape)
+    dtype: str
+
+
+#: A batched space as a tree: a leaf region, a dict of trees, or a tuple of trees.
+SpaceLayout = _Leaf | dict[str, "SpaceLayout"] | tuple["SpaceLayout", ...]
+
+
+def _leaf_shape_dtype(space: spaces.Space[Any]) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return tuple(space.shape), np.dtype(space.dtype)
+    if isinstance(space, spaces.Discrete):
+        return (), np.dtype(space.dtype)
+    return None
+
+
+class _Allocator:
+    def __init__(self) -> None:
+        self.size = 0
+
+    def take(self, nbytes: int) -> int:
+        offset = -(-self.size // _ALIGNMENT) * _ALIGNMENT
+        self.size = offset + nbytes
+        return offset
+
+
+def _plan(space: spaces.Space[Any], num_envs: int, allocator: _Allocator) -> SpaceLayout | None:
+    if isinstance(space, spaces.Dict):
+        children = {key: _plan(child, num_envs, allocator) for key, child in space.spaces.items()}
+        if any(child is None for child in children.values()):
+            return None
+        return {key: child for key, child in children.items() if child is not None}
+    if isinstance(space, spaces.Tuple):
+        items = [_plan(child, num_envs, allocator) for child in space.spaces]
+        if any(item is None for item in items):
+            return None
+        return tuple(item for item in items if item is not None)
+    leaf = _leaf_shape_dtype(space)
+    if leaf is None:
+        return None
+    shape, dtype = leaf
+    batched = (num_envs, *shape)
+    offset = allocator.take(int(np.prod(batched)) * dtype.itemsize)
+    return _Leaf(offset, batched, dtype.str)
+
+
+def _views(layout: SpaceLayout, buffer: memoryview) -> Any:
+    if isinstance(layout, _Leaf):
+        dtype = np.dtype(layout.dtype)
+        count = int(np.prod(layout.shape))
+        return np.frombuffer(buffer, dtype, count, layout.offset).reshape(layout.shape)
+    if isinstance(layout, dict):
+        return {key: _views(child, buffer) for key, child in layout.items()}
+    return tuple(_views(child, buffer) for child in layout)
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """Where each batched array lives in the block; picklable, so workers rebuild the views."""
+
+    size: int
+    observations: SpaceLayout | None
+    actions: SpaceLayout | None
+    rewards: _Leaf
+    terminations: _Leaf
+    truncations: _Leaf
+
+    @classmethod
+    def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
+             num_envs: int) -> BlockLayout:
+        """Lay out one vector env's batch; unrepresentable spaces get ``None`` (pickled)."""
+        allocator = _Allocator()
+        observations = _plan(observation_space, num_envs, allocator)
+        actions = _plan(action_space, num_envs, allocator)
+        rewards = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.float64).str)
+        terminations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
+        truncations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
+        return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
+                   truncations)
+
+    def views(self, block: mmap.mmap) -> BlockViews:
+        """Numpy views of every region of a mapped block."""
+        buffer = memoryview(block)
+        return BlockViews(
+            observations=None if self.observations is None else _views(self.observations, buffer),
+            actions=None if self.actions is None else _views(self.actions, buffer),
+            rewards=_views(self.rewards, buffer),
+            terminations=_views(self.terminations, buffer),
+            truncations=_views(self.truncations, buffer),
+        )
+
+
+@dataclass(frozen=True)
+class BlockViews:
+    """The numpy arrays (or dict/tuple trees of them) backed by a block."""
+
+    observations: Any
+    actions: Any
+    rewards: np.ndarray[Any, np.dtype[np.float64]]
+    terminations: np.ndarray[Any, np.dtype[np.bool_]]
+    truncations: np.ndarray[Any, np.dtype[np.bool_]]
+
+
+def open_block(size: int) -> int:
+    """A new anonymous, nameless shared memory file of ``size`` bytes; returns its descriptor."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("aiovec-batch", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - non-Linux: an unlinked temporary file is nameless too
+        with tempfile.TemporaryFile() as handle:
+            fd = os.dup(handle.fileno())
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def map_block(fd: int, size: int) -> mmap.mmap:
+    """Map a block shared with the other processes holding ``fd``."""
+    return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def write_row(views: Any, env_index: int, value: Any) -> None:
+    """Write one sub-env's value into row ``env_index`` of a (tree of) batched views."""
+    if isinstance(views, np.ndarray):
+        views[env_index] = value
+    elif isinstance(views, dict):
+        for key, child in views.items():
+            write_row(child, env_index, value[key])
+    else:
+        for child, item in zip(views, value):
+            write_row(child, env_index, item)
+
+
+def read_row(views: Any, env_index: int) -> Any:
+    """A private copy of row ``env_index`` of a (tree of) batched views, as a sub-env's value."""
+    if isinstance(views, np.ndarray):
+        return views[env_index].copy()
+    if isinstance(views, dict):
+        return {key: read_row(child, env_index) for key, child in views.items()}
+    return tuple(read_row(child, env_index) for child in views)
+
+
+def write_batch(views: Any, batch: Any) -> None:
+    """Copy a whole validated batch (same tree shape) into the views."""
+    if isinstance(views, np.ndarray):
+        np.copyto(views, batch, casting="same_kind")
+    elif isinstance(views, dict):
+        for key, child in views.items():
+            write_batch(child, batch[key])
+    else:
+        for child, item in zip(views, batch):
+            write_batch(child, item)
