@@ -13,6 +13,7 @@ from aiovec._exceptions import NotStartedError as NotStartedError
 from aiovec._exceptions import ResetNeededError as ResetNeededError
 from aiovec._exceptions import SubEnvError as SubEnvError
 from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
+from aiovec._exceptions import WorkerDiedError as WorkerDiedError
 from aiovec._make import make_async_vec as make_async_vec
 from aiovec._make import make_vec as make_vec
 from aiovec._shim._vector_env import VectorEnv as VectorEnv
@@ -30,6 +31,7 @@ __all__ = (
     "SubEnvError",
     "SubEnvErrorGroup",
     "VectorEnv",
+    "WorkerDiedError",
     "make_async_vec",
     "make_vec",
 )

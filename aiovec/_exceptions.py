@@ -8,6 +8,7 @@ The tree, and who caused each error::
     ├── BusyError                    your code ran two calls on one vector env at once
     ├── ResetNeededError             your code stepped before reset (or a failed sub-env)
     ├── EnvTimeoutError              sub-envs did not answer before the deadline
+    ├── WorkerDiedError              a worker process died (crash, signal, out of memory)
     ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
     └── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
 
@@ -41,6 +42,7 @@ __all__ = [
     "ResetNeededError",
     "SubEnvError",
     "SubEnvErrorGroup",
+    "WorkerDiedError",
 ]
 
 
@@ -90,6 +92,23 @@ class EnvTimeoutError(AiovecError, TimeoutError, multiprocessing.TimeoutError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.operation, self.env_indices, self.timeout))
+
+
+class WorkerDiedError(AiovecError):
+    """A worker process hosting sub-envs died: the world (or the env's native code) broke it.
+
+    ``env_indices`` are the sub-envs it hosted; ``exitcode`` is its exit status (negative:
+    killed by that signal; ``None``: unknown). It is the ``__cause__`` of each ``SubEnvError``
+    for those sub-envs, and the group raised is also a ``WorkerDiedError``.
+    """
+
+    def __init__(self, message: str, env_indices: Sequence[int], exitcode: int | None) -> None:
+        self.env_indices = tuple(env_indices)
+        self.exitcode = exitcode
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.env_indices, self.exitcode))
 
 
 class SubEnvError(AiovecError):
@@ -151,7 +170,8 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
         return self
 
     def __init__(self, operation: str, errors: Sequence[SubEnvError]) -> None:
-        super().__init__(_group_message(operation, errors), list(errors))
+        # Not super(): a derived group's other base (the cause's type) has its own signature.
+        ExceptionGroup.__init__(self, _group_message(operation, errors), list(errors))
 
     @classmethod
     def from_errors(cls, operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
@@ -188,9 +208,7 @@ def _group_class_for(cause_type: type[BaseException]) -> type[SubEnvErrorGroup]:
     if cause_type in _GROUP_CLASSES:
         return _GROUP_CLASSES[cause_type]
     group_class = SubEnvErrorGroup
-    if issubclass(cause_type, Exception) and not issubclass(
-        cause_type, (AiovecError, BaseExceptionGroup)
-    ):
+    if issubclass(cause_type, Exception) and not issubclass(cause_type, BaseExceptionGroup):
         name = f"SubEnvErrorGroup[{cause_type.__name__}]"
         try:
             group_class = cast("type[SubEnvErrorGroup]", type(

@@ -67,8 +67,8 @@ class Pending(abc.ABC):
 class BatchBuffers:
     """Arrays a backend's sub-envs write their results into directly (shared memory).
 
-    With these, step replies are ``None`` or ``(info, final)`` and reset replies are the info
-    dict: observations, rewards and episode ends are already in place.
+    With these, step replies are ``None`` or ``(info, final)`` and reset replies are
+    ``(info, seed)``: observations, rewards and episode ends are already in place.
     """
 
     observations: Any
@@ -80,7 +80,7 @@ class BatchBuffers:
 class Backend(abc.ABC):
     """Hosts ``len(env_fns)`` sub-envs and serves requests on them.
 
-    Replies to ``Op.STEP`` are ``StepOutcome`` tuples and to ``Op.RESET`` ``(obs, info)``,
+    Replies to ``Op.STEP`` are ``StepOutcome`` tuples and to ``Op.RESET`` ``ResetOutcome``,
     unless ``attach`` returned ``BatchBuffers`` (see there). Any reply may be a ``Failure``.
     """
 
@@ -94,7 +94,10 @@ class Backend(abc.ABC):
         self,
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         autoreset_mode: AutoresetMode,
+        **options: Any,
     ) -> None:
+        if options:
+            raise TypeError(f"the {self.name} backend takes no options {sorted(options)}")
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.autoreset_mode = autoreset_mode

@@ -17,11 +17,15 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "StepOutcome"]
+__all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome"]
 
 # What a sub-env step hands back: obs, reward, terminated, truncated, info, and for a
 # same-step autoreset the ``{"final_obs": ..., "final_info": ...}`` entry (else ``None``).
 StepOutcome = tuple[Any, Any, bool, bool, dict[str, Any], "dict[str, Any] | None"]
+
+
+# What an explicit reset hands back: obs, info, and the env's ``np_random_seed`` afterwards.
+ResetOutcome = tuple[Any, dict[str, Any], "int | None"]
 
 
 class Op(enum.Enum):
@@ -95,10 +99,12 @@ class EnvSlot:
             raise RuntimeError(f"sub-env {self.env_index} is not running")
         return self.env
 
-    def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> tuple[Any, Any]:
+    def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> ResetOutcome:
         seed, options = request
         self.needs_reset = False
-        return self._live_env().reset(seed=seed, options=options)
+        env = self._live_env()
+        obs, info = env.reset(seed=seed, options=options)
+        return obs, info, env.np_random_seed
 
     def _step(self, action: Any) -> StepOutcome:
         env = self._live_env()

@@ -87,6 +87,9 @@ class AsyncVectorEnv:
 
     - ``"inline"``: sub-envs stepped one after another in the event loop's thread (the oracle);
     - ``"thread"``: each sub-env on its own dedicated thread, stepped concurrently;
+    - ``"process"``: ``num_workers`` worker processes (default: one per usable CPU), each
+      hosting a share of the sub-envs, results in shared memory; ``start_method`` defaults to
+      ``"forkserver"`` (safe when the parent has threads);
     - ``"auto"`` (default): picks one for you (see the README).
 
     ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
@@ -104,6 +107,8 @@ class AsyncVectorEnv:
         timeout: float | None = None,
         observation_mode: ObservationMode = "same",
         close_timeout: float = 10.0,
+        num_workers: int | None = None,
+        start_method: str | None = None,
     ) -> None:
         candidate: object = env_fns  # checked as an object: callers may pass anything
         if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
@@ -123,10 +128,12 @@ class AsyncVectorEnv:
         self.timeout = _check_timeout(timeout, "timeout")
         self.close_timeout = _check_timeout(close_timeout, "close_timeout") or math.inf
         self.observation_mode = observation_mode
-        self.backend_name = resolve_backend_name(backend, self.num_envs)
+        options = {"num_workers": num_workers, "start_method": start_method}
+        self.backend_name = resolve_backend_name(backend, self.num_envs, options)
         self.spec: gym.envs.registration.EnvSpec | None = None
         backend_class = load_backend(self.backend_name)
-        self._backend: Backend = backend_class(env_fns, self.autoreset_mode)
+        backend_options = {key: value for key, value in options.items() if value is not None}
+        self._backend: Backend = backend_class(env_fns, self.autoreset_mode, **backend_options)
         self._state = _State.CREATED
         self._in_flight: _InFlight | None = None
         self._metadata: dict[str, Any] = {}
@@ -186,6 +193,7 @@ class AsyncVectorEnv:
             self._terminations = np.zeros(n, dtype=np.bool_)
             self._truncations = np.zeros(n, dtype=np.bool_)
         self._reset_needed = np.ones(n, dtype=np.bool_)
+        self._np_random_seeds: list[int | None] = [None] * n
         self._has_reset = False
         self._actions = ActionChecker(spaces.single_action_space, n)
         self._all_envs = range(n)
@@ -278,9 +286,13 @@ class AsyncVectorEnv:
         return self._render_mode
 
     @property
-    def np_random_seed(self) -> tuple[int, ...]:
-        """Each sub-env's ``np_random_seed`` (in-process backends; else ``await get_attr``)."""
-        return tuple(self._local_attr("np_random_seed"))
+    def np_random_seed(self) -> tuple[int | None, ...]:
+        """Each sub-env's ``np_random_seed``: live for in-process backends, else as of its last
+        explicit ``reset`` (``None`` before one; ``await get_attr(...)`` reads it live)."""
+        if self._backend.in_process:
+            return tuple(self._local_attr("np_random_seed"))
+        self._running_spaces()
+        return tuple(self._np_random_seeds)
 
     @property
     def np_random(self) -> tuple[np.random.Generator, ...]:
@@ -405,14 +417,17 @@ class AsyncVectorEnv:
         indices = list(in_flight.pending.env_indices)
         n = self.num_envs
         infos: dict[str, Any] = {}
+        seeds = self._np_random_seeds
         if self._in_place:  # observations are in place; the replies are the infos
-            for env_index, info in zip(indices, replies):
+            for env_index, (info, seed) in zip(indices, replies):
                 merge_info(infos, info, env_index, n)
+                seeds[env_index] = seed
         else:
             env_obs = self._env_obs
-            for env_index, (obs, info) in zip(indices, replies):
+            for env_index, (obs, info, seed) in zip(indices, replies):
                 env_obs[env_index] = obs
                 merge_info(infos, info, env_index, n)
+                seeds[env_index] = seed
             self._observations = concatenate(self.single_observation_space, env_obs,
                                              self._observations)
         self._terminations[indices] = False

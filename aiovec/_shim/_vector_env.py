@@ -46,10 +46,10 @@ class _Waiting(enum.Enum):
 class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     """A synchronous vector env over aiovec's async core; a drop-in for Gymnasium's.
 
-    Takes Gymnasium's ``AsyncVectorEnv`` arguments (``shared_memory``, ``context`` and
-    ``daemon`` are for the process backend and otherwise ignored) and every
-    ``aiovec.AsyncVectorEnv`` keyword (``backend``, ``timeout``, ``close_timeout``). A
-    ``timeout=None`` in a ``*_wait`` call means the construction ``timeout``.
+    Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
+    method; workers are always daemonic and shared memory is used whenever the spaces allow)
+    and ``aiovec.AsyncVectorEnv``'s keywords (``backend``, ``timeout``, ``close_timeout``,
+    ``num_workers``). A ``timeout=None`` in a ``*_wait`` call means the construction ``timeout``.
     """
 
     def __init__(
@@ -66,6 +66,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         backend: str = "auto",
         timeout: float | None = None,
         close_timeout: float = 10.0,
+        num_workers: int | None = None,
     ) -> None:
         if worker is not None:
             raise ValueError("aiovec runs its own sub-env hosts: "
@@ -77,6 +78,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         self._env = AsyncVectorEnv(
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
+            num_workers=num_workers, start_method=context,
         )
         self.num_envs = self._env.num_envs
         self.copy = copy

@@ -20,7 +20,7 @@ NUM_STEPS = 2000
 RESEED_AT = NUM_STEPS // 2
 
 ENV_KINDS = [*SPACE_KINDS, "cartpole"]
-BACKENDS = ["inline", "thread"]
+BACKENDS = ["inline", "thread", "process"]
 
 
 def env_factory(kind: str) -> Callable[[], gym.Env[Any, Any]]:

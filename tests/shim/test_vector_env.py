@@ -19,7 +19,7 @@ import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.envs import GatedEnv
 
-BACKENDS = ["inline", "thread"]
+BACKENDS = ["inline", "thread", "process"]
 backends = pytest.mark.parametrize("backend", BACKENDS)
 
 

@@ -1,0 +1,113 @@
+"""Starting worker processes and keeping a handle on them until they are reaped.
+
+``spawn`` (default) runs a fresh interpreter (``python -m aiovec._backends._process_worker``):
+safe whatever threads the parent runs, and it never re-imports the caller's ``__main__``, so
+scripts need no ``if __name__ == "__main__"`` guard. ``fork`` starts faster but, like every
+fork of a process with threads, may deadlock on a lock another thread held: opt in knowingly.
+
+Workers run in their own session (Ctrl-C at the terminal reaches only the parent, which then
+closes them) and exit the moment the parent dies (see ``_process_worker._exit_with_parent``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["START_METHODS", "Child", "start_child"]
+
+START_METHODS = ("spawn", "fork")
+
+
+class Child:
+    """A worker process: its exit status, a descriptor readable once it exits, signals."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None) -> None:
+        self.pid = pid
+        self._popen = popen
+        self.returncode: int | None = None
+        self._sentinel: int | None = None
+        if hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                self._sentinel = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        """The exit status (negative: the signal that killed it), reaping it; ``None`` if alive."""
+        if self.returncode is None:
+            if self._popen is not None:
+                self.returncode = self._popen.poll()
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    async def wait(self, timeout: float) -> int | None:
+        """Wait (bounded, without blocking the event loop) for the process to exit."""
+        with anyio.move_on_after(timeout):
+            while self.poll() is None:
+                if self._sentinel is not None:
+                    await anyio.wait_readable(self._sentinel)
+                else:  # pragma: no cover - no pidfd: wait in a thread instead
+                    await anyio.to_thread.run_sync(self._wait_blocking, abandon_on_cancel=True)
+        return self.poll()
+
+    def _wait_blocking(self) -> None:  # pragma: no cover - only without pidfd
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+    def close(self) -> None:
+        """Release the exit descriptor (after the process was reaped, or abandoned)."""
+        if self._sentinel is not None:
+            os.close(self._sentinel)
+            self._sentinel = None
+
+    def describe_exit(self) -> str:
+        code = self.poll()
+        if code is None:
+            return "exit status unknown"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+
+def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
+    """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
+    if method == "spawn":
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "aiovec._backends._process_worker",
+             str(child_end.fileno()), str(lifeline)],
+            pass_fds=(child_end.fileno(), lifeline), start_new_session=True,
+        )
+        return Child(popen.pid, popen)
+    if method == "fork":
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            try:
+                os.setsid()
+                # Hold nothing of the parent's: above all not the lifeline's write end,
+                # whose closing tells every worker that the parent died.
+                keep = sorted({0, 1, 2, child_end.fileno(), lifeline})
+                for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")]):
+                    os.closerange(low + 1, high)
+                from aiovec._backends._process_worker import worker_main
+
+                worker_main(child_end, lifeline)
+            finally:
+                os._exit(0)
+        return Child(pid, None)
+    raise ValueError(f"unknown start method {method!r}; choose one of {START_METHODS}")

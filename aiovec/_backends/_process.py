@@ -1,0 +1,452 @@
+"""The process backend: worker processes, each hosting a contiguous share of the sub-envs.
+
+Data path: observations, actions, rewards and episode ends live in one shared memory block
+(``_shared_memory``); a step is one tiny frame to each worker and one tiny frame back, with
+infos pickled only when a sub-env has some. Signalling costs no CPU while waiting: on asyncio
+each worker's socket has a persistent readiness callback that completes one future per request;
+elsewhere (trio) the waiting task parks on the sockets through anyio.
+
+A worker that dies (EOF on its socket) fails every request it owed with ``WorkerDiedError``
+naming its sub-envs and exit status, promptly and never as a bare ``EOFError``. Workers die with
+the parent (Linux parent-death signal, and EOF), and ``aclose`` is bounded: close, then
+terminate, then kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import os
+import pickle
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import anyio
+import anyio.to_thread
+import cloudpickle
+import sniffio
+from gymnasium.vector import AutoresetMode
+
+from aiovec._backends._base import Backend, BatchBuffers, Pending
+from aiovec._backends._children import START_METHODS, Child, start_child
+from aiovec._backends._protocol import Kind, ReplyReader, dumps, encode
+from aiovec._backends._shared_memory import BlockLayout, map_block, open_block, read_row
+from aiovec._core._slot import Failure, Op
+from aiovec._core._spaces import VectorSpaces
+from aiovec._exceptions import WorkerDiedError
+
+__all__ = ["ProcessBackend"]
+
+_KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
+               Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE}
+_REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
+_EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
+
+
+def default_num_workers(num_envs: int) -> int:
+    """One worker per usable CPU, never more than there are sub-envs."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(num_envs, cpus))
+
+
+@dataclass(eq=False)
+class _Worker:
+    """The parent's handle on one worker process."""
+
+    index: int
+    env_indices: range
+    process: Child
+    sock: socket.socket
+    reader: ReplyReader = field(default_factory=ReplyReader)
+    #: Requests sent and not yet answered, oldest first: replies come back in this order.
+    outstanding: collections.deque[tuple[int, _ProcessPending]] = field(
+        default_factory=collections.deque)
+    unsent: bytearray = field(default_factory=bytearray)
+    alive: bool = True
+    closing: bool = False
+
+    def describe_death(self) -> str:
+        return (f"worker process {self.index} (pid {self.process.pid}) died: "
+                f"{self.process.describe_exit()}")
+
+
+class _ProcessPending(Pending):
+    """Replies to one request, delivered worker by worker."""
+
+    __slots__ = ("_backend", "_dead", "_done", "_future", "_owing", "_position", "sequence")
+
+    def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
+                 sequence: int) -> None:
+        super().__init__(op, env_indices)
+        self._backend = backend
+        self.sequence = sequence
+        self._owing: set[_Worker] = set()
+        self._dead: list[_Worker] = []
+        self._position: dict[int, int] | None = (
+            None if len(self.env_indices) == backend.num_envs
+            else {env_index: position for position, env_index in enumerate(self.env_indices)})
+        self._future: asyncio.Future[None] | None = None
+        if backend.loop is not None:
+            self._future = backend.loop.create_future()
+
+    def position(self, env_index: int) -> int:
+        return env_index if self._position is None else self._position[env_index]
+
+    def expect(self, worker: _Worker) -> None:
+        self._owing.add(worker)
+
+    def _answered(self, worker: _Worker) -> None:
+        self._owing.discard(worker)
+        if not self._owing and self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def deliver(self, worker: _Worker, payload: bytes) -> None:
+        """Store one worker's reply (decoded according to the request)."""
+        try:
+            self._store(worker, payload)
+        except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
+            for env_index in self._hosted(worker):
+                self.replies[self.position(env_index)] = Failure(
+                    env_index, self.op.value, error,
+                    f"the reply of worker {worker.index} could not be decoded: {error!r}", "")
+        self._answered(worker)
+
+    def _hosted(self, worker: _Worker) -> list[int]:
+        if self._position is None:
+            return list(worker.env_indices)
+        return [env_index for env_index in worker.env_indices if env_index in self._position]
+
+    def _store(self, worker: _Worker, payload: bytes) -> None:
+        replies = self.replies
+        if self.op is Op.STEP:
+            hosted = worker.env_indices
+            if self._backend.buffers is not None:
+                replies[hosted.start:hosted.stop] = [None] * len(hosted)
+            for env_index, entry in pickle.loads(payload) if payload else ():
+                replies[env_index] = entry
+            return
+        values = pickle.loads(payload) if payload else []
+        for env_index, value in zip(self._hosted(worker), values):
+            replies[self.position(env_index)] = value
+
+    def worker_died(self, worker: _Worker) -> None:
+        """The worker will never answer; its sub-envs fail once its exit status is known."""
+        self._dead.append(worker)
+        self._answered(worker)
+
+    async def wait(self) -> None:
+        if self._future is not None:
+            await self._future
+        else:
+            while self._owing:
+                worker = next(iter(self._owing))
+                await self._backend.flush(worker)
+                await anyio.wait_readable(worker.sock)
+                self._backend.receive(worker)
+        for worker in self._dead:
+            await self._backend.reap(worker)
+            reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
+                                     worker.process.poll())
+            for env_index in self._hosted(worker):
+                self.replies[self.position(env_index)] = Failure(
+                    env_index, self.op.value, reason, str(reason), "")
+        self._dead.clear()
+
+
+class ProcessBackend(Backend):
+    """Sub-envs in ``num_workers`` worker processes, results in shared memory."""
+
+    name: ClassVar[str] = "process"
+    in_process: ClassVar[bool] = False
+
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
+                 num_workers: int | None = None, start_method: str | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode)
+        self.num_workers = num_workers or default_num_workers(self.num_envs)
+        if not 1 <= self.num_workers <= self.num_envs:
+            raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
+                             f"got {self.num_workers}")
+        self.start_method = start_method or "spawn"
+        if self.start_method not in START_METHODS:
+            raise ValueError(f"unknown start method {self.start_method!r}; "
+                             f"choose one of {', '.join(START_METHODS)}")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.buffers: BatchBuffers | None = None
+        self._workers: list[_Worker] = []
+        self._sequence = itertools.count(1)
+        self._block: Any = None
+        self._block_fd: int | None = None
+        self._action_views: Any = None
+        self._lifeline: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------------ start-up
+
+    def _launch(self) -> list[_Worker]:
+        """Start every worker process and send it its sub-envs (blocking: run in a thread)."""
+        read_end, write_end = os.pipe()  # the lifeline: see _process_worker._exit_with_parent
+        self._lifeline = (read_end, write_end)
+        bounds = [self.num_envs * index // self.num_workers
+                  for index in range(self.num_workers + 1)]
+        workers: list[_Worker] = []
+        try:
+            for index in range(self.num_workers):
+                hosted = range(bounds[index], bounds[index + 1])
+                parent_end, child_end = socket.socketpair()
+                with child_end:
+                    child = start_child(self.start_method, child_end, read_end)
+                workers.append(_Worker(index, hosted, child, parent_end))
+            for worker in workers:  # the workers start up meanwhile, in parallel
+                hosted = worker.env_indices
+                init = (sys.path, hosted.start, self.autoreset_mode.value,
+                        cloudpickle.dumps([self.env_fns[i] for i in hosted]))
+                worker.sock.sendall(encode(Kind.INIT, 0, dumps(init)))
+                worker.sock.setblocking(False)
+        except BaseException:
+            for worker in workers:
+                worker.process.signal(signal.SIGKILL)
+                worker.sock.close()
+            raise
+        finally:
+            os.close(read_end)  # the workers hold it now
+        return workers
+
+    async def start(self) -> Pending:
+        if sniffio.current_async_library() == "asyncio":
+            self.loop = asyncio.get_running_loop()
+        if self.start_method == "fork":  # fork from the loop's thread, not a pool thread
+            self._workers = self._launch()
+        else:
+            self._workers = await anyio.to_thread.run_sync(self._launch)
+        pending = _ProcessPending(self, Op.MAKE, range(self.num_envs), 0)
+        for worker in self._workers:
+            worker.outstanding.append((0, pending))
+            pending.expect(worker)
+            if self.loop is not None:
+                self.loop.add_reader(worker.sock.fileno(), self.receive, worker)
+        return pending
+
+    async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        layout = BlockLayout.plan(spaces.single_observation_space,
+                                  spaces.single_action_space, self.num_envs)
+        self._block_fd = open_block(layout.size)
+        self._block = map_block(self._block_fd, layout.size)
+        views = layout.views(self._block)
+        sequence = next(self._sequence)
+        # The acknowledgement carries no values: only dead workers leave a trace (failures).
+        pending = _ProcessPending(self, Op.MAKE, range(self.num_envs), sequence)
+        frame = encode(Kind.ATTACH, sequence, dumps(layout))
+        for worker in self._workers:
+            if not worker.alive:
+                pending.worker_died(worker)
+                continue
+            socket.send_fds(worker.sock, [frame], [self._block_fd])
+            worker.outstanding.append((sequence, pending))
+            pending.expect(worker)
+        await pending.wait()
+        failures = pending.failures()
+        if failures:
+            raise WorkerDiedError(failures[0].description,
+                                  [failure.env_index for failure in failures], None)
+        self._action_views = views.actions
+        self.takes_action_batches = views.actions is not None
+        if views.observations is None:  # results travel pickled: the core batches them
+            return None
+        self.buffers = BatchBuffers(views.observations, views.rewards, views.terminations,
+                                    views.truncations)
+        return self.buffers
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Any) -> Pending:
+        sequence = next(self._sequence)
+        pending = _ProcessPending(self, op, env_indices, sequence)
+        kind = _KIND_OF_OP[op]
+        shared_payload = dumps(payloads[0]) if op is Op.CALL else b""
+        for worker in self._workers:
+            hosted = worker.env_indices
+            if op is Op.RESET and pending._position is not None:
+                requested = [i for i in hosted if i in pending._position]
+                if not requested:
+                    continue
+            if not worker.alive:
+                pending.worker_died(worker)
+                continue
+            if op is Op.STEP:
+                payload = self._step_payload(worker, payloads)
+            elif op is Op.RESET:
+                payload = dumps([(env_index, *payloads[pending.position(env_index)])
+                                 for env_index in hosted
+                                 if pending._position is None or env_index in pending._position])
+            elif op is Op.SET_ATTR:
+                payload = dumps([payloads[env_index] for env_index in hosted])
+            else:
+                payload = shared_payload
+            self._send(worker, encode(kind, sequence, payload))
+            worker.outstanding.append((sequence, pending))
+            pending.expect(worker)
+            if op is Op.CLOSE:
+                worker.closing = True
+        return pending
+
+    def _step_payload(self, worker: _Worker, actions: Any) -> bytes:
+        """Actions go through shared memory, unless the worker may still be reading it."""
+        hosted = worker.env_indices
+        if self.takes_action_batches:
+            if not worker.outstanding:
+                _write_rows(self._action_views, actions, slice(hosted.start, hosted.stop))
+                return b""
+            return dumps([read_row(actions, env_index) for env_index in hosted])
+        return dumps([actions[env_index] for env_index in hosted])
+
+    def _send(self, worker: _Worker, frame: bytes) -> None:
+        if worker.unsent:
+            worker.unsent += frame
+            return
+        try:
+            sent = worker.sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # the worker is gone; its EOF will be seen by the reader
+            return
+        if sent < len(frame):
+            worker.unsent += frame[sent:]
+            if self.loop is not None:
+                self.loop.add_writer(worker.sock.fileno(), self._flush_now, worker)
+
+    def _flush_now(self, worker: _Worker) -> None:
+        try:
+            sent = worker.sock.send(worker.unsent)
+        except BlockingIOError:
+            return
+        except OSError:
+            sent = len(worker.unsent)
+        del worker.unsent[:sent]
+        if not worker.unsent and self.loop is not None:
+            self.loop.remove_writer(worker.sock.fileno())
+
+    async def flush(self, worker: _Worker) -> None:
+        """Send what did not fit in the socket buffer (the non-asyncio path)."""
+        while worker.unsent and worker.alive:
+            await anyio.wait_writable(worker.sock)
+            self._flush_now(worker)
+
+    def receive(self, worker: _Worker) -> None:
+        """Read what the worker sent and deliver every complete reply (readiness callback)."""
+        try:
+            data = worker.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(worker)
+            return
+        for kind, sequence, payload in worker.reader.feed(data):
+            if not worker.outstanding:
+                continue  # nothing asked for this: ignore it
+            expected, pending = worker.outstanding.popleft()
+            if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
+                pending.deliver(worker, payload)
+            else:  # out of protocol: this worker cannot be trusted any more
+                self._lost(worker)
+                worker.process.signal(signal.SIGKILL)
+                return
+
+    def _lost(self, worker: _Worker) -> None:
+        """The worker's socket closed: fail what it owed."""
+        if not worker.alive:
+            return
+        worker.alive = False
+        if self.loop is not None:
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(worker.sock.fileno())
+                self.loop.remove_writer(worker.sock.fileno())
+        while worker.outstanding:
+            _, pending = worker.outstanding.popleft()
+            if pending.op is Op.CLOSE:
+                pending.deliver(worker, b"")  # a closing worker may go without a word
+            else:
+                pending.worker_died(worker)
+
+    async def reap(self, worker: _Worker) -> None:
+        """Wait (bounded) for a dead worker's exit status."""
+        await worker.process.wait(_REAP_TIMEOUT)
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def aclose(self, timeout: float) -> Pending | None:
+        if not self._workers:
+            return None
+        with anyio.CancelScope(shield=True):
+            pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
+            with anyio.move_on_after(timeout):
+                await pending.wait()
+            for worker in self._workers:
+                self._lost(worker)
+            await self._stop_processes()
+            self._release()
+        return pending
+
+    async def _stop_processes(self) -> None:
+        """CLOSE was sent; give the workers a moment, then terminate, then kill."""
+        for signum in (None, signal.SIGTERM, signal.SIGKILL):
+            running = [worker for worker in self._workers if worker.process.poll() is None]
+            if not running:
+                return
+            for worker in running:
+                if signum is not None:
+                    worker.process.signal(signum)
+            with anyio.move_on_after(_EXIT_TIMEOUT):
+                for worker in running:
+                    await worker.process.wait(_EXIT_TIMEOUT)
+
+    def _release(self) -> None:
+        for worker in self._workers:
+            worker.sock.close()
+            worker.process.close()
+        self.buffers = None
+        self._action_views = None
+        if self._block is not None:
+            with contextlib.suppress(BufferError):  # views the caller still holds (copy=False)
+                self._block.close()
+            self._block = None
+        if self._block_fd is not None:
+            os.close(self._block_fd)
+            self._block_fd = None
+        if self._lifeline is not None:
+            os.close(self._lifeline[1])
+            self._lifeline = None
+
+    def close_nowait(self) -> None:
+        for worker in self._workers:
+            worker.process.signal(signal.SIGKILL)
+            if self.loop is not None and not self.loop.is_closed():
+                with contextlib.suppress(Exception):
+                    self.loop.remove_reader(worker.sock.fileno())
+        self._release()
+
+    def describe(self) -> str:
+        alive = sum(worker.alive for worker in self._workers)
+        return f"process backend, {alive}/{self.num_workers} workers alive"
+
+
+def _write_rows(views: Any, batch: Any, rows: slice) -> None:
+    """Copy rows ``rows`` of a validated action batch into the shared views."""
+    if isinstance(views, dict):
+        for key, child in views.items():
+            _write_rows(child, batch[key], rows)
+    elif isinstance(views, tuple):
+        for child, part in zip(views, batch):
+            _write_rows(child, part, rows)
+    else:
+        views[rows] = batch[rows]
+

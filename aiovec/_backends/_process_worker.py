@@ -1,0 +1,237 @@
+"""The worker process: hosts a contiguous share of the sub-envs and serves the parent's frames.
+
+The hot path is ``_Worker.step``: read each sub-env's action from shared memory, step it
+(autoreset included, in ``EnvSlot``), write its results back in place, and answer with one
+small frame, which is empty unless a sub-env has infos to report or failed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+from gymnasium.vector import AutoresetMode
+
+from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
+from aiovec._backends._shared_memory import BlockLayout, BlockViews, map_block, read_row, write_row
+from aiovec._core._slot import EnvSlot, Failure, Op
+
+__all__ = ["worker_main"]
+
+
+def _exit_with_parent(lifeline: int) -> None:
+    """Exit the moment the parent dies, whatever the main thread is doing.
+
+    The parent holds the only write end of the ``lifeline`` pipe and never writes to it: the
+    read returns (EOF) exactly when the parent's descriptors close, i.e. when it dies.
+    """
+
+    def watch() -> None:
+        try:
+            os.read(lifeline, 1)
+        finally:
+            os._exit(70)
+
+    threading.Thread(target=watch, name="aiovec-lifeline", daemon=True).start()
+
+
+def portable(failure: Failure) -> Failure:
+    """The failure, minus its exception if that would not survive the trip to the parent."""
+    try:
+        pickle.loads(dumps(failure.exception))
+    except Exception:
+        return Failure(failure.env_index, failure.phase, None,
+                       failure.description + " (the exception itself could not be pickled)",
+                       failure.traceback)
+    return failure
+
+
+def _unpicklable(env_index: int, phase: str, value: Any, error: Exception) -> Failure:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return Failure(env_index, phase, None,
+                   f"SerializationError: the {phase} result of sub-env {env_index} could not be "
+                   f"pickled ({error}): {value!r:.200}", text)
+
+
+class _Worker:
+    """State of one worker: its slots and, once attached, the shared-memory views."""
+
+    def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
+                 autoreset_mode: AutoresetMode) -> None:
+        self.first_env = first_env
+        self.slots = [EnvSlot(first_env + offset, autoreset_mode)
+                      for offset in range(len(env_fns))]
+        self.env_fns = env_fns
+        self.block: mmap.mmap | None = None
+        self.views: BlockViews | None = None
+
+    def make(self) -> list[Any]:
+        replies = [slot.run(Op.MAKE, env_fn) for slot, env_fn in zip(self.slots, self.env_fns)]
+        return [portable(reply) if type(reply) is Failure else reply for reply in replies]
+
+    def attach(self, fd: int, layout: BlockLayout) -> None:
+        try:
+            self.block = map_block(fd, layout.size)
+        finally:
+            os.close(fd)
+        self.views = layout.views(self.block)
+
+    def reset(self, requests: list[tuple[int, int | None, dict[str, Any] | None]]) -> list[Any]:
+        views = self.views
+        assert views is not None
+        replies: list[Any] = []
+        for env_index, seed, options in requests:
+            reply = self.slots[env_index - self.first_env].run(Op.RESET, (seed, options))
+            if type(reply) is Failure:
+                replies.append(portable(reply))
+            elif views.observations is None:
+                replies.append(reply)
+            else:
+                obs, info, seed = reply
+                write_row(views.observations, env_index, obs)
+                replies.append((info, seed))
+        return replies
+
+    def step(self, actions: list[Any] | None) -> list[tuple[int, Any]]:
+        """Step every hosted sub-env; returns what the parent must hear about, by env index."""
+        views = self.views
+        assert views is not None
+        observations, action_views = views.observations, views.actions
+        rewards, terminations, truncations = views.rewards, views.terminations, views.truncations
+        extras: list[tuple[int, Any]] = []
+        for offset, slot in enumerate(self.slots):
+            env_index = slot.env_index
+            action = actions[offset] if actions is not None else read_row(action_views, env_index)
+            outcome = slot.run(Op.STEP, action)
+            if type(outcome) is Failure:
+                extras.append((env_index, portable(outcome)))
+            elif observations is None:  # observations that shared memory cannot hold
+                extras.append((env_index, outcome))
+            else:
+                obs, reward, terminated, truncated, info, final = outcome
+                write_row(observations, env_index, obs)
+                rewards[env_index] = reward
+                terminations[env_index] = terminated
+                truncations[env_index] = truncated
+                if info or final is not None:
+                    extras.append((env_index, (info, final)))
+        return extras
+
+    def run_each(self, op: Op, payloads: list[Any]) -> list[Any]:
+        replies = [slot.run(op, payload) for slot, payload in zip(self.slots, payloads)]
+        return [portable(reply) if type(reply) is Failure else reply for reply in replies]
+
+    def close(self) -> list[Any]:
+        replies = self.run_each(Op.CLOSE, [None] * len(self.slots))
+        if self.block is not None:
+            self.views = None
+            self.block.close()
+        return replies
+
+
+def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]) -> bytes:
+    """The REPLY frame; a reply that cannot be pickled becomes that sub-env's failure."""
+    if not replies:
+        return encode(Kind.REPLY, sequence)
+    try:
+        return encode(Kind.REPLY, sequence, dumps(replies))
+    except Exception:
+        safe = [_picklable(phase, env_index, reply)
+                for env_index, reply in zip(env_indices, replies)]
+        return encode(Kind.REPLY, sequence, dumps(safe))
+
+
+def _picklable(phase: str, env_index: int, reply: Any) -> Any:
+    try:
+        pickle.loads(dumps(reply))
+    except Exception as error:
+        return _unpicklable(env_index, phase, reply, error)
+    return reply
+
+
+def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
+    """The ATTACH frame, whose first bytes carry the shared memory descriptor."""
+    head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 1)
+    if not head or not fds:
+        raise EOFError("the parent closed the connection during attach")
+    head += recv_exact(sock, HEADER.size - len(head))
+    kind, sequence, length = HEADER.unpack(head)
+    if kind != Kind.ATTACH:
+        raise RuntimeError(f"expected ATTACH, got {Kind(kind).name}")
+    layout: BlockLayout = pickle.loads(recv_exact(sock, length))
+    return sequence, fds[0], layout
+
+
+def worker_main(sock: socket.socket, lifeline: int) -> None:
+    """A worker's whole life: receive its sub-envs, make them, serve until CLOSE or EOF."""
+    _exit_with_parent(lifeline)
+    # Ctrl-C is the parent's to handle: it cancels, then closes or kills the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        kind, _, payload = recv_frame(sock)
+        if kind is not Kind.INIT:
+            raise RuntimeError(f"expected INIT, got {kind.name}")
+        sys_path, first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
+        sys.path[:] = sys_path  # the parent's: factories may live in the parent's modules
+        env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
+        worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
+        sock.sendall(encode(Kind.HELLO, 0, dumps(worker.make())))
+        sequence, descriptor, layout = _recv_attach(sock)
+        worker.attach(descriptor, layout)
+        sock.sendall(encode(Kind.REPLY, sequence))
+        _serve(worker, sock)
+    except (EOFError, ConnectionError):  # the parent is gone: nothing left to serve
+        pass
+    finally:
+        sock.close()
+
+
+def _serve(worker: _Worker, sock: socket.socket) -> None:
+    """The request loop; returns after answering CLOSE."""
+    hosted = [slot.env_index for slot in worker.slots]
+    while True:
+        kind, sequence, payload = recv_frame(sock)
+        if kind is Kind.STEP:
+            extras = worker.step(pickle.loads(payload) if payload else None)
+            try:
+                frame = encode(Kind.REPLY, sequence, dumps(extras) if extras else b"")
+            except Exception:
+                safe = [(env_index, _picklable("step", env_index, entry))
+                        for env_index, entry in extras]
+                frame = encode(Kind.REPLY, sequence, dumps(safe))
+            sock.sendall(frame)
+        elif kind is Kind.RESET:
+            requests = pickle.loads(payload)
+            sock.sendall(_reply(sequence, "reset", worker.reset(requests),
+                                [env_index for env_index, _, _ in requests]))
+        elif kind is Kind.CALL:
+            name, args, kwargs = pickle.loads(payload)
+            replies = worker.run_each(Op.CALL, [(name, args, kwargs)] * len(worker.slots))
+            sock.sendall(_reply(sequence, "call", replies, hosted))
+        elif kind is Kind.SET_ATTR:
+            replies = worker.run_each(Op.SET_ATTR, pickle.loads(payload))
+            sock.sendall(_reply(sequence, "set_attr", replies, hosted))
+        elif kind is Kind.CLOSE:
+            sock.sendall(_reply(sequence, "close", worker.close(), hosted))
+            return
+        else:
+            raise RuntimeError(f"unexpected frame {kind.name}")
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m aiovec._backends._process_worker SOCKET_FD LIFELINE_FD`` (spawn)."""
+    sock = socket.socket(fileno=int(argv[1]))
+    worker_main(sock, int(argv[2]))
+
+
+if __name__ == "__main__":
+    _main(sys.argv)
