@@ -35,7 +35,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import Backend, BatchBuffers, Pending
 from aiovec._backends._children import START_METHODS, Child, start_child
-from aiovec._backends._protocol import Kind, ReplyReader, dumps, encode
+from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
 from aiovec._backends._shared_memory import BlockLayout, map_block, open_block, read_row
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
@@ -47,6 +47,8 @@ _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
                Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE}
 _REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
+_INBOX_SIZE = 1 << 16
+_HEADER_SIZE = HEADER.size
 
 
 def default_num_workers(num_envs: int) -> int:
@@ -71,6 +73,8 @@ class _Worker:
     outstanding: collections.deque[tuple[int, _ProcessPending]] = field(
         default_factory=collections.deque)
     unsent: bytearray = field(default_factory=bytearray)
+    #: Reused for every recv: allocating a fresh buffer per recv is measurably slow.
+    inbox: bytearray = field(default_factory=lambda: bytearray(_INBOX_SIZE))
     alive: bool = True
     closing: bool = False
 
@@ -342,15 +346,23 @@ class ProcessBackend(Backend):
     def receive(self, worker: _Worker) -> None:
         """Read what the worker sent and deliver every complete reply (readiness callback)."""
         try:
-            data = worker.sock.recv(1 << 20)
+            size = worker.sock.recv_into(worker.inbox)
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        if not data:
+            size = 0
+        if not size:
             self._lost(worker)
             return
-        for kind, sequence, payload in worker.reader.feed(data):
+        if size == _HEADER_SIZE and worker.outstanding and not worker.reader.pending:
+            # The hot path: one reply with nothing to report.
+            kind, sequence, length = HEADER.unpack_from(worker.inbox)
+            expected, pending = worker.outstanding[0]
+            if kind == Kind.REPLY and sequence == expected and not length:
+                worker.outstanding.popleft()
+                pending.deliver(worker, b"")
+                return
+        for kind, sequence, payload in worker.reader.feed(memoryview(worker.inbox)[:size]):
             if not worker.outstanding:
                 continue  # nothing asked for this: ignore it
             expected, pending = worker.outstanding.popleft()

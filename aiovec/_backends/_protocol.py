@@ -72,7 +72,12 @@ class ReplyReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[Kind, int, bytes]]:
+    @property
+    def pending(self) -> bool:
+        """True while part of a frame has arrived and the rest has not."""
+        return bool(self._buffer)
+
+    def feed(self, data: bytes | memoryview) -> list[tuple[Kind, int, bytes]]:
         """Add received bytes; return every frame now complete, in order."""
         buffer = self._buffer
         buffer += data

@@ -6,7 +6,6 @@ import enum
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
@@ -64,12 +63,14 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-@dataclass(frozen=True)
 class _InFlight:
     """A request submitted to the backend and not yet collected."""
 
-    operation: str
-    pending: Pending
+    __slots__ = ("operation", "pending")
+
+    def __init__(self, operation: str, pending: Pending) -> None:
+        self.operation = operation
+        self.pending = pending
 
 
 def _check_timeout(timeout: float | None, what: str) -> float | None:
@@ -193,6 +194,8 @@ class AsyncVectorEnv:
             self._terminations = np.zeros(n, dtype=np.bool_)
             self._truncations = np.zeros(n, dtype=np.bool_)
         self._reset_needed = np.ones(n, dtype=np.bool_)
+        # False whenever _reset_needed may hold a True: saves a numpy reduction per step.
+        self._ready_to_step = False
         self._np_random_seeds: list[int | None] = [None] * n
         self._has_reset = False
         self._actions = ActionChecker(spaces.single_action_space, n)
@@ -439,8 +442,10 @@ class AsyncVectorEnv:
 
     async def _submit_step(self, actions: Any) -> _InFlight:
         self._claim("step")
-        if self._state is not _State.RUNNING or self._reset_needed.any():
-            raise ResetNeededError(self._reset_needed_message())
+        if self._state is not _State.RUNNING or not self._ready_to_step:
+            if self._state is not _State.RUNNING or self._reset_needed.any():
+                raise ResetNeededError(self._reset_needed_message())
+            self._ready_to_step = True
         batch = self._actions.check(actions)
         payloads = batch if self._backend.takes_action_batches else self._actions.split(batch)
         return self._submit(Op.STEP, "step", self._all_envs, payloads)
@@ -487,6 +492,7 @@ class AsyncVectorEnv:
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._reset_needed |= terminations
             self._reset_needed |= truncations
+            self._ready_to_step = False
         observations = self._observations
         return (
             copy_observations(observations) if self.copy else observations,
@@ -542,4 +548,5 @@ class AsyncVectorEnv:
             errors.append(error)
         if operation in ("step", "reset") and self._state is _State.RUNNING:
             self._reset_needed[[failure.env_index for failure in failures]] = True
+            self._ready_to_step = False
         raise SubEnvErrorGroup.from_errors(operation, errors)
