@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
+
+import gymnasium as gym
 
 from aiovec.testing import CountingEnv
 
@@ -60,3 +63,62 @@ class GatedEnv(CountingEnv):
 
 def failing_factory() -> CountingEnv:
     raise RuntimeError("the factory exploded")
+
+
+class PidEnv(CountingEnv):
+    """Reports the process it runs in, so tests can find (and kill) a worker."""
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class FifoStepEnv(PidEnv):
+    """On step ``block_at``, announces itself through the FIFO at ``path``, then hangs."""
+
+    def __init__(self, path: str, block_at: int = 1) -> None:
+        super().__init__()
+        self.path, self.block_at = path, block_at
+
+    def step(self, action: int) -> Any:
+        if self.steps + 1 == self.block_at:
+            with open(self.path, "wb") as fifo:  # blocks until the test opens it to read
+                fifo.write(b"x")
+            threading.Event().wait(120)  # hang until killed
+        return super().step(action)
+
+
+class UnpicklableInfoEnv(CountingEnv):
+    """Its step info holds a lock, which cannot cross a process boundary."""
+
+    def step(self, action: int) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"lock": threading.Lock()}
+
+
+class StubbornError(Exception):
+    """An exception that pickles but cannot be unpickled (its __init__ needs two arguments)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+
+
+class StubbornEnv(CountingEnv):
+    def step(self, action: int) -> Any:
+        raise StubbornError(7, "simulator refused")
+
+
+class TextEnv(gym.Env[str, str]):
+    """Text observations and actions: spaces shared memory cannot hold."""
+
+    observation_space = gym.spaces.Text(8)
+    action_space = gym.spaces.Text(8)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.text = "start"
+        return self.text, {}
+
+    def step(self, action: str) -> Any:
+        self.text = (action + self.text)[:8]
+        return self.text, float(len(action)), False, False, {}

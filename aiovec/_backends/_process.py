@@ -256,6 +256,8 @@ class ProcessBackend(Backend):
             worker.outstanding.append((sequence, pending))
             pending.expect(worker)
         await pending.wait()
+        os.close(self._block_fd)  # every worker and our mapping hold their own reference
+        self._block_fd = None
         failures = pending.failures()
         if failures:
             raise WorkerDiedError(failures[0].description,
@@ -282,7 +284,8 @@ class ProcessBackend(Backend):
                 if not requested:
                     continue
             if not worker.alive:
-                pending.worker_died(worker)
+                if op is not Op.CLOSE:  # a dead worker has nothing left to close
+                    pending.worker_died(worker)
                 continue
             if op is Op.STEP:
                 payload = self._step_payload(worker, payloads)
@@ -428,7 +431,8 @@ class ProcessBackend(Backend):
         self.buffers = None
         self._action_views = None
         if self._block is not None:
-            with contextlib.suppress(BufferError):  # views the caller still holds (copy=False)
+            # Views the caller still holds (copy=False) keep the mapping alive until they go.
+            with contextlib.suppress(BufferError):
                 self._block.close()
             self._block = None
         if self._block_fd is not None:

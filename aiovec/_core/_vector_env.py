@@ -211,10 +211,16 @@ class AsyncVectorEnv:
             return
         self._state = _State.CLOSED
         self._in_flight = None
+        self._drop_buffers()
         with anyio.CancelScope(shield=True):
             pending = await self._backend.aclose(self.close_timeout)
         if pending is not None:
             self._raise_failures("close", pending.failures())
+
+    def _drop_buffers(self) -> None:
+        """Let go of the batch arrays, so shared memory can be unmapped when closing."""
+        for name in ("_observations", "_env_obs", "_rewards", "_terminations", "_truncations"):
+            self.__dict__.pop(name, None)
 
     async def __aenter__(self) -> AsyncVectorEnv:
         await self.start()

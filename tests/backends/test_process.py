@@ -1,0 +1,277 @@
+"""The process backend: real worker processes, their deaths, and what they leave behind."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec._backends import resolve_backend_name
+from aiovec.testing import CountingEnv, EpisodeEnv
+from tests.envs import FifoStepEnv, PidEnv, StubbornEnv, TextEnv, UnpicklableInfoEnv
+
+pytestmark = pytest.mark.anyio
+
+
+def child_pids() -> set[int]:
+    """Processes whose parent is this test process."""
+    me, found = str(os.getpid()), set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me:
+                found.add(int(entry.name))
+    return found
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running after ``timeout`` seconds (waits on pidfds, no polling)."""
+    pidfds = {}
+    for pid in pids:
+        try:
+            pidfds[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            continue  # already gone
+    deadline = time.monotonic() + timeout
+    try:
+        while pidfds:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            ready, _, _ = select.select(list(pidfds), [], [], remaining)
+            for fd in ready:
+                os.close(fd)
+                del pidfds[fd]
+        return sorted(pidfds.values())
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+
+
+@pytest.fixture
+async def no_leaks() -> AsyncIterator[None]:
+    """The test must leave no worker process, descriptor or shared memory behind.
+
+    Async, so the event loop's own descriptors already exist when the baseline is taken.
+    """
+    fds, shm, children = open_fds(), shm_entries(), child_pids()
+    yield
+    assert child_pids() <= children, "worker processes left running"
+    assert shm_entries() <= shm, "shared memory left in /dev/shm"
+    leaked = {}
+    for fd in open_fds() - fds:
+        try:
+            leaked[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, gone by now
+            continue
+    assert not leaked, f"descriptors left open: {leaked}"
+
+
+async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
+    return list(await envs.get_attr("pid"))
+
+
+async def test_closures_and_lambdas_are_env_factories(no_leaks: None) -> None:
+    def make_factory(length: int) -> Any:
+        return lambda: CountingEnv(episode_length=length)  # a closure over `length`
+
+    factories = [make_factory(length) for length in (1, 2, 3, 4)]
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
+        assert "process backend, 2/2 workers alive" in repr(envs)
+        assert await envs.get_attr("episode_length") == (1, 2, 3, 4)
+        await envs.reset(seed=0)
+        _, _, _, truncations, _ = await envs.step(np.zeros(4, np.int64))
+        assert truncations.tolist() == [True, False, False, False]
+
+
+async def test_worker_killed_while_idle_names_its_envs(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([PidEnv] * 4, backend="process", num_workers=2) as envs:
+        await envs.reset()
+        pids = await worker_pids(envs)
+        assert pids[0] == pids[1] != pids[2] == pids[3]
+        os.kill(pids[2], signal.SIGKILL)
+        assert wait_for_exit([pids[2]], 10) == []
+        started = time.monotonic()
+        with pytest.raises(aiovec.WorkerDiedError) as caught:
+            await envs.step(np.zeros(4, np.int64))
+        assert time.monotonic() - started < 1.0
+        group = caught.value
+        assert isinstance(group, aiovec.SubEnvErrorGroup)
+        assert group.env_indices == (2, 3)
+        cause = group.exceptions[0].__cause__
+        assert isinstance(cause, aiovec.WorkerDiedError)
+        assert cause.exitcode == -signal.SIGKILL and cause.env_indices == (2, 3)
+        assert f"pid {pids[2]}" in str(cause) and "killed by SIGKILL" in str(cause)
+        assert "1/2 workers alive" in repr(envs)
+        # The dead worker's sub-envs keep failing clearly, in every kind of call.
+        with pytest.raises(aiovec.WorkerDiedError, match=r"sub-env\(s\) 2, 3 failed"):
+            await envs.call("_observation")
+
+
+async def test_worker_killed_mid_step(tmp_path: Path, no_leaks: None) -> None:
+    fifo = tmp_path / "in-step"
+    os.mkfifo(fifo)
+    factories = [PidEnv, lambda: FifoStepEnv(str(fifo))]
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
+        await envs.reset()
+        victim = (await worker_pids(envs))[1]
+        failures: list[aiovec.WorkerDiedError] = []
+
+        async def step() -> None:
+            with pytest.raises(aiovec.WorkerDiedError) as caught:
+                await envs.step(np.zeros(2, np.int64))
+            failures.append(caught.value)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(step)
+                await anyio.to_thread.run_sync(fifo.read_bytes)  # env 1 is inside step now
+                os.kill(victim, signal.SIGKILL)
+                started = time.monotonic()
+        assert time.monotonic() - started < 1.0
+        assert failures[0].env_indices == (1,)  # type: ignore[attr-defined]
+
+
+PARENT_SCRIPT = """
+import sys, anyio, numpy as np, aiovec
+from tests.envs import PidEnv
+
+async def main():
+    envs = aiovec.AsyncVectorEnv([PidEnv] * 4, backend="process", num_workers=2)
+    await envs.reset()
+    print(*sorted(set(await envs.get_attr("pid"))), flush=True)
+    await envs.step(np.zeros(4, np.int64))
+    sys.stdin.read()  # wait to be killed
+
+anyio.run(main)
+"""
+
+
+def test_workers_die_with_a_sigkilled_parent() -> None:
+    shm_before = shm_entries()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    try:
+        assert parent.stdout is not None
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2
+        parent.kill()
+        parent.wait(timeout=30)
+        assert wait_for_exit(workers, 2.0) == [], "workers outlived their parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.close()
+        parent.stdout.close()
+    assert shm_entries() <= shm_before
+
+
+def test_scripts_need_no_main_guard(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"  # no `if __name__ == "__main__":` on purpose
+    script.write_text(textwrap.dedent("""
+        import anyio, gymnasium as gym, numpy as np, aiovec
+        async def main():
+            async with aiovec.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2,
+                                             backend="process") as envs:
+                obs, _ = await envs.reset(seed=0)
+                print("ran", obs.shape)
+        anyio.run(main)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("ran (2, 4)") == 1
+
+
+async def test_fifty_cycles_and_a_crash_leak_nothing(no_leaks: None) -> None:
+    for _ in range(50):
+        async with aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process",
+                                         num_workers=1) as envs:
+            await envs.reset()
+            await envs.step(np.zeros(2, np.int64))
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2) as envs:
+        await envs.reset()
+        os.kill((await worker_pids(envs))[0], signal.SIGKILL)
+        with pytest.raises(aiovec.WorkerDiedError):
+            await envs.step(np.zeros(2, np.int64))
+
+
+async def test_unpicklable_results_and_exceptions_are_clear_errors(no_leaks: None) -> None:
+    factories = [CountingEnv, UnpicklableInfoEnv, StubbornEnv]
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=1) as envs:
+        await envs.reset()
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.zeros(3, np.int64))
+        unpicklable, stubborn = caught.value.exceptions
+        assert unpicklable.env_index == 1
+        assert "SerializationError" in str(unpicklable) and "lock" in str(unpicklable)
+        assert stubborn.env_index == 2 and "7: simulator refused" in str(stubborn)
+        assert "could not be pickled" in str(stubborn)  # its class does not survive the trip
+        assert "StubbornEnv.step" in stubborn.remote_traceback or "in step" in \
+            stubborn.remote_traceback
+
+
+async def test_spaces_shared_memory_cannot_hold_travel_pickled(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([TextEnv] * 3, backend="process", num_workers=2) as envs:
+        obs, _ = await envs.reset(seed=0)
+        assert obs == ("start",) * 3
+        obs, rewards, *_ = await envs.step(("a", "bb", "ccc"))
+        assert obs == ("astart", "bbstart", "cccstart") and rewards.tolist() == [1, 2, 3]
+
+
+async def test_fork_start_method(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process",
+                                     start_method="fork") as envs:
+        obs, _ = await envs.reset()
+        assert obs.tolist() == [[0, 1], [0, 1]]
+        assert os.getpid() not in await worker_pids(envs)
+
+
+async def test_cancelled_step_then_next_step_is_consistent(no_leaks: None) -> None:
+    factories = [lambda: EpisodeEnv("box")] * 4
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
+        await envs.reset(seed=3)
+        actions = np.zeros((4, 2), np.float32)
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # cancelled before the replies can arrive: they come late
+            await envs.step(actions)
+        _, _, _, _, infos = await envs.step(actions)
+        assert infos["elapsed"].tolist() == [2, 2, 2, 2]  # the late replies were not taken
+
+
+def test_process_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="num_workers apply to the process backend"):
+        aiovec.AsyncVectorEnv([CountingEnv], backend="thread", num_workers=2)
+    with pytest.raises(ValueError, match="num_workers must be between 1 and 2"):
+        aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process", num_workers=3)
+    with pytest.raises(ValueError, match="unknown start method 'teleport'"):
+        aiovec.AsyncVectorEnv([CountingEnv], backend="process", start_method="teleport")
+    assert resolve_backend_name("auto", 4, {"num_workers": 2}) == "process"
+    expected = "process" if len(os.sched_getaffinity(0)) >= 2 else "thread"
+    assert resolve_backend_name("auto", 4, {}) == expected
+    assert resolve_backend_name("auto", 1, {}) == "thread"
