@@ -40,8 +40,17 @@ package: $(STAMP)
 	assert (pathlib.Path(aiovec.__file__).parent / 'py.typed').exists(); \
 	print('wheel OK:', aiovec.__version__, sorted(aiovec.__all__)[:3], '...')"
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+# The benchmark's extra dependencies (.[bench]) are installed on first use only.
+BENCH_STAMP := $(VENV)/.bench-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	rm -f $(VENV)/.bench-installed-*
+	touch $(BENCH_STAMP)
+
+# make bench [BENCH_ARGS="--quick" or "--repeats 5"]: see benchmarks/README.md
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache

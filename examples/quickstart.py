@@ -60,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"aiovec {aiovec.__version__}: {args.num_envs} CartPole-v1 envs, "
           f"{args.steps} vector steps each run")
-    for backend in ("inline", "thread"):
+    for backend in ("inline", "thread", "process"):
         anyio.run(async_demo, args.num_envs, args.steps, backend)
         sync_demo(args.num_envs, args.steps, backend)
 

@@ -16,7 +16,7 @@ def test_quickstart_runs_and_reports_throughput() -> None:
         capture_output=True, text=True, timeout=120, check=True,
     )
     lines = [line for line in completed.stdout.splitlines() if "steps/s" in line]
-    assert len(lines) == 4, completed.stdout
+    assert len(lines) == 6, completed.stdout
     for line in lines:
         rate = float(re.search(r"([\d,]+) steps/s", line).group(1).replace(",", ""))  # type: ignore[union-attr]
         assert rate > 0

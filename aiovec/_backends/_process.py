@@ -118,13 +118,14 @@ class _ProcessPending(Pending):
         try:
             self._store(worker, payload)
         except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
-            for env_index in self._hosted(worker):
+            for env_index in self.hosted_by(worker):
                 self.replies[self.position(env_index)] = Failure(
                     env_index, self.op.value, error,
                     f"the reply of worker {worker.index} could not be decoded: {error!r}", "")
         self._answered(worker)
 
-    def _hosted(self, worker: _Worker) -> list[int]:
+    def hosted_by(self, worker: _Worker) -> list[int]:
+        """The sub-envs of this request that ``worker`` hosts."""
         if self._position is None:
             return list(worker.env_indices)
         return [env_index for env_index in worker.env_indices if env_index in self._position]
@@ -139,7 +140,7 @@ class _ProcessPending(Pending):
                 replies[env_index] = entry
             return
         values = pickle.loads(payload) if payload else []
-        for env_index, value in zip(self._hosted(worker), values):
+        for env_index, value in zip(self.hosted_by(worker), values):
             replies[self.position(env_index)] = value
 
     def worker_died(self, worker: _Worker) -> None:
@@ -160,7 +161,7 @@ class _ProcessPending(Pending):
             await self._backend.reap(worker)
             reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
                                      worker.process.poll())
-            for env_index in self._hosted(worker):
+            for env_index in self.hosted_by(worker):
                 self.replies[self.position(env_index)] = Failure(
                     env_index, self.op.value, reason, str(reason), "")
         self._dead.clear()
@@ -278,11 +279,9 @@ class ProcessBackend(Backend):
         kind = _KIND_OF_OP[op]
         shared_payload = dumps(payloads[0]) if op is Op.CALL else b""
         for worker in self._workers:
-            hosted = worker.env_indices
-            if op is Op.RESET and pending._position is not None:
-                requested = [i for i in hosted if i in pending._position]
-                if not requested:
-                    continue
+            requested = worker.env_indices if op is not Op.RESET else pending.hosted_by(worker)
+            if not requested:
+                continue
             if not worker.alive:
                 if op is not Op.CLOSE:  # a dead worker has nothing left to close
                     pending.worker_died(worker)
@@ -291,10 +290,9 @@ class ProcessBackend(Backend):
                 payload = self._step_payload(worker, payloads)
             elif op is Op.RESET:
                 payload = dumps([(env_index, *payloads[pending.position(env_index)])
-                                 for env_index in hosted
-                                 if pending._position is None or env_index in pending._position])
+                                 for env_index in requested])
             elif op is Op.SET_ATTR:
-                payload = dumps([payloads[env_index] for env_index in hosted])
+                payload = dumps([payloads[env_index] for env_index in requested])
             else:
                 payload = shared_payload
             self._send(worker, encode(kind, sequence, payload))

@@ -23,7 +23,14 @@ import cloudpickle
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
-from aiovec._backends._shared_memory import BlockLayout, BlockViews, map_block, read_row, write_row
+from aiovec._backends._shared_memory import (
+    BlockLayout,
+    BlockViews,
+    map_block,
+    row_reader,
+    row_writer,
+    write_row,
+)
 from aiovec._core._slot import EnvSlot, Failure, Op
 
 __all__ = ["worker_main"]
@@ -69,6 +76,10 @@ def _unpicklable(env_index: int, phase: str, value: Any, error: Exception) -> Fa
                    f"pickled ({error}): {value!r:.200}", text)
 
 
+def _actions_come_in_frames(env_index: int) -> Any:
+    raise RuntimeError("this action space is not in shared memory: actions come in the frame")
+
+
 class _Worker:
     """State of one worker: its slots and, once attached, the shared-memory views."""
 
@@ -80,6 +91,8 @@ class _Worker:
         self.env_fns = env_fns
         self.block: mmap.mmap | None = None
         self.views: BlockViews | None = None
+        self.read_action: Callable[[int], Any] = _actions_come_in_frames
+        self.write_obs: Callable[[int, Any], None] | None = None
 
     def make(self) -> list[Any]:
         replies = [slot.run(Op.MAKE, env_fn) for slot, env_fn in zip(self.slots, self.env_fns)]
@@ -90,7 +103,10 @@ class _Worker:
             self.block = map_block(fd, layout.size)
         finally:
             os.close(fd)
-        self.views = layout.views(self.block)
+        self.views = views = layout.views(self.block)
+        if views.actions is not None:
+            self.read_action = row_reader(views.actions)
+        self.write_obs = None if views.observations is None else row_writer(views.observations)
 
     def reset(self, requests: list[tuple[int, int | None, dict[str, Any] | None]]) -> list[Any]:
         views = self.views
@@ -112,20 +128,20 @@ class _Worker:
         """Step every hosted sub-env; returns what the parent must hear about, by env index."""
         views = self.views
         assert views is not None
-        observations, action_views = views.observations, views.actions
+        read_action, write_obs = self.read_action, self.write_obs
         rewards, terminations, truncations = views.rewards, views.terminations, views.truncations
         extras: list[tuple[int, Any]] = []
         for offset, slot in enumerate(self.slots):
             env_index = slot.env_index
-            action = actions[offset] if actions is not None else read_row(action_views, env_index)
+            action = actions[offset] if actions is not None else read_action(env_index)
             outcome = slot.run(Op.STEP, action)
             if type(outcome) is Failure:
                 extras.append((env_index, portable(outcome)))
-            elif observations is None:  # observations that shared memory cannot hold
+            elif write_obs is None:  # observations that shared memory cannot hold
                 extras.append((env_index, outcome))
             else:
                 obs, reward, terminated, truncated, info, final = outcome
-                write_row(observations, env_index, obs)
+                write_obs(env_index, obs)
                 rewards[env_index] = reward
                 terminations[env_index] = terminated
                 truncations[env_index] = truncated

@@ -152,6 +152,22 @@ def map_block(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
 
+def row_writer(views: Any) -> Any:
+    """``write(env_index, value)`` for a (tree of) batched views; the plain-array case, the
+    common one, costs a single item assignment."""
+    if isinstance(views, np.ndarray):
+        return views.__setitem__
+    return lambda env_index, value: write_row(views, env_index, value)
+
+
+def row_reader(views: Any) -> Any:
+    """``read(env_index)`` returning a private copy of a row, as ``read_row``; for a 1-D array
+    indexing already yields a fresh numpy scalar, so no copy is made."""
+    if isinstance(views, np.ndarray) and views.ndim == 1:
+        return views.__getitem__
+    return lambda env_index: read_row(views, env_index)
+
+
 def write_row(views: Any, env_index: int, value: Any) -> None:
     """Write one sub-env's value into row ``env_index`` of a (tree of) batched views."""
     if isinstance(views, np.ndarray):

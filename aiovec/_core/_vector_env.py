@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,6 +41,8 @@ from aiovec._exceptions import (
 )
 
 __all__ = ["AsyncVectorEnv", "EnvFactory"]
+
+logger = logging.getLogger("aiovec")
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
@@ -131,6 +134,9 @@ class AsyncVectorEnv:
         self.observation_mode = observation_mode
         options = {"num_workers": num_workers, "start_method": start_method}
         self.backend_name = resolve_backend_name(backend, self.num_envs, options)
+        if backend == "auto":
+            logger.info("backend='auto' picked %r for %d sub-envs", self.backend_name,
+                        self.num_envs)
         self.spec: gym.envs.registration.EnvSpec | None = None
         backend_class = load_backend(self.backend_name)
         backend_options = {key: value for key, value in options.items() if value is not None}
