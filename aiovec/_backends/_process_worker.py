@@ -7,6 +7,7 @@ small frame, which is empty unless a sub-env has infos to report or failed.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -156,8 +157,12 @@ class _Worker:
     def close(self) -> list[Any]:
         replies = self.run_each(Op.CLOSE, [None] * len(self.slots))
         if self.block is not None:
+            # Drop every view first: the mapping cannot close while arrays point into it.
             self.views = None
-            self.block.close()
+            self.read_action = _actions_come_in_frames
+            self.write_obs = None
+            with contextlib.suppress(BufferError):  # the process is about to exit anyway
+                self.block.close()
         return replies
 
 

@@ -73,8 +73,9 @@ def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
 
 
 @pytest.fixture
-async def no_leaks() -> AsyncIterator[None]:
-    """The test must leave no worker process, descriptor or shared memory behind.
+async def no_leaks(capfd: pytest.CaptureFixture[str]) -> AsyncIterator[None]:
+    """The test must leave no worker process, descriptor or shared memory behind, and no
+    worker may have printed a traceback.
 
     Async, so the event loop's own descriptors already exist when the baseline is taken.
     """
@@ -89,6 +90,8 @@ async def no_leaks() -> AsyncIterator[None]:
         except OSError:  # the listing's own descriptor, gone by now
             continue
     assert not leaked, f"descriptors left open: {leaked}"
+    errors = capfd.readouterr().err
+    assert "Traceback" not in errors, errors
 
 
 async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:

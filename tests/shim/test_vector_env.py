@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -17,7 +18,8 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
-from tests.envs import GatedEnv
+from tests.backends.test_process import wait_for_exit
+from tests.envs import FifoStepEnv, GatedEnv, PidEnv
 
 BACKENDS = ["inline", "thread", "process"]
 backends = pytest.mark.parametrize("backend", BACKENDS)
@@ -191,3 +193,30 @@ def test_start_failure_leaves_no_thread() -> None:
 def test_custom_worker_is_refused() -> None:
     with pytest.raises(ValueError, match="custom `worker`"):
         aiovec.VectorEnv([CountingEnv], worker=lambda *args: None)  # type: ignore[arg-type]
+
+
+def test_ctrl_c_with_process_workers_reaps_them_quietly(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "in-step"
+    os.mkfifo(fifo)
+    shim = aiovec.VectorEnv([PidEnv, lambda: FifoStepEnv(str(fifo))], backend="process",
+                            num_workers=2, close_timeout=1.0)
+    try:
+        shim.reset()
+        workers = sorted(set(shim.get_attr("pid")))
+
+        def interrupt_once_stepping() -> None:
+            fifo.read_bytes()  # sub-env 1 is inside step
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_stepping)
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            shim.step(np.zeros(2, np.int64))
+        interrupter.join()
+    finally:
+        shim.close()  # the hung worker is terminated after close_timeout
+    assert wait_for_exit(workers, 10) == []
+    errors = capfd.readouterr().err
+    assert "Traceback" not in errors, errors  # no worker printed anything
