@@ -34,6 +34,7 @@ class Child:
         self._popen = popen
         self.returncode: int | None = None
         self._sentinel: int | None = None
+        self._watcher: anyio.Event | None = None
         if hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
                 self._sentinel = os.pidfd_open(pid)
@@ -56,18 +57,41 @@ class Child:
                 os.kill(self.pid, signum)
 
     async def wait(self, timeout: float) -> int | None:
-        """Wait (bounded, without blocking the event loop) for the process to exit."""
+        """Wait (bounded, without blocking the event loop) for the process to exit.
+
+        Several tasks may wait at once (a failing step and a concurrent close): one watches
+        the process, the others wait for it to say so.
+        """
         with anyio.move_on_after(timeout):
             while self.poll() is None:
-                if self._sentinel is not None:
-                    await anyio.wait_readable(self._sentinel)
-                else:  # pragma: no cover - no pidfd: wait in a thread instead
-                    await anyio.to_thread.run_sync(self._wait_blocking, abandon_on_cancel=True)
+                if self._watcher is not None:
+                    await self._watcher.wait()
+                    continue
+                self._watcher = anyio.Event()
+                try:
+                    if self._sentinel is not None:
+                        await anyio.wait_readable(self._sentinel)
+                    else:  # pragma: no cover - no pidfd: wait in a thread instead
+                        await anyio.to_thread.run_sync(self._wait_blocking,
+                                                       abandon_on_cancel=True)
+                finally:
+                    watcher, self._watcher = self._watcher, None
+                    watcher.set()
         return self.poll()
 
     def _wait_blocking(self) -> None:  # pragma: no cover - only without pidfd
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        self.wait_blocking(None)
+
+    def wait_blocking(self, timeout: float | None) -> int | None:
+        """Block until the process exits (at most ``timeout`` seconds); for non-async callers."""
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.returncode = self._popen.wait(timeout)
+        elif self.poll() is None:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(self.pid, 0)  # fork children die fast once killed
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.poll()
 
     def close(self) -> None:
         """Release the exit descriptor (after the process was reaped, or abandoned)."""

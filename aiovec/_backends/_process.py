@@ -76,7 +76,8 @@ class _Worker:
     #: Reused for every recv: allocating a fresh buffer per recv is measurably slow.
     inbox: bytearray = field(default_factory=lambda: bytearray(_INBOX_SIZE))
     alive: bool = True
-    closing: bool = False
+    #: Set while a task waits for this socket to be readable (the non-asyncio path).
+    reading: anyio.Event | None = None
 
     def describe_death(self) -> str:
         return (f"worker process {self.index} (pid {self.process.pid}) died: "
@@ -148,15 +149,27 @@ class _ProcessPending(Pending):
         self._dead.append(worker)
         self._answered(worker)
 
+    async def _wait_for(self, worker: _Worker) -> None:
+        await self._backend.flush(worker)
+        while worker in self._owing:
+            if worker.reading is not None:  # another request's task reads this socket
+                await worker.reading.wait()
+                continue
+            worker.reading = anyio.Event()
+            try:
+                await anyio.wait_readable(worker.sock)
+                self._backend.receive(worker)  # delivers to whichever request each reply answers
+            finally:
+                reading, worker.reading = worker.reading, None
+                reading.set()
+
     async def wait(self) -> None:
         if self._future is not None:
             await self._future
-        else:
-            while self._owing:
-                worker = next(iter(self._owing))
-                await self._backend.flush(worker)
-                await anyio.wait_readable(worker.sock)
-                self._backend.receive(worker)
+        elif self._owing:  # no readiness callbacks (trio): one waiter per worker
+            async with anyio.create_task_group() as group:
+                for worker in list(self._owing):
+                    group.start_soon(self._wait_for, worker)
         for worker in self._dead:
             await self._backend.reap(worker)
             reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
@@ -197,28 +210,33 @@ class ProcessBackend(Backend):
 
     def _launch(self) -> list[_Worker]:
         """Start every worker process and send it its sub-envs (blocking: run in a thread)."""
-        read_end, write_end = os.pipe()  # the lifeline: see _process_worker._exit_with_parent
-        self._lifeline = (read_end, write_end)
         bounds = [self.num_envs * index // self.num_workers
                   for index in range(self.num_workers + 1)]
+        shares = [range(bounds[index], bounds[index + 1]) for index in range(self.num_workers)]
+        # Pickle first: a factory that cannot be pickled fails here, before any process exists.
+        inits = [dumps((sys.path, hosted.start, self.autoreset_mode.value,
+                        cloudpickle.dumps([self.env_fns[i] for i in hosted])))
+                 for hosted in shares]
+        read_end, write_end = os.pipe()  # the lifeline: see _process_worker._exit_with_parent
+        self._lifeline = (read_end, write_end)
         workers: list[_Worker] = []
         try:
-            for index in range(self.num_workers):
-                hosted = range(bounds[index], bounds[index + 1])
+            for index, hosted in enumerate(shares):
                 parent_end, child_end = socket.socketpair()
                 with child_end:
                     child = start_child(self.start_method, child_end, read_end)
                 workers.append(_Worker(index, hosted, child, parent_end))
-            for worker in workers:  # the workers start up meanwhile, in parallel
-                hosted = worker.env_indices
-                init = (sys.path, hosted.start, self.autoreset_mode.value,
-                        cloudpickle.dumps([self.env_fns[i] for i in hosted]))
-                worker.sock.sendall(encode(Kind.INIT, 0, dumps(init)))
+            for worker, init in zip(workers, inits):  # meanwhile, the workers start up
+                worker.sock.sendall(encode(Kind.INIT, 0, init))
                 worker.sock.setblocking(False)
         except BaseException:
             for worker in workers:
                 worker.process.signal(signal.SIGKILL)
+                worker.process.wait_blocking(_EXIT_TIMEOUT)
+                worker.process.close()
                 worker.sock.close()
+            os.close(write_end)
+            self._lifeline = None
             raise
         finally:
             os.close(read_end)  # the workers hold it now
@@ -298,8 +316,6 @@ class ProcessBackend(Backend):
             self._send(worker, encode(kind, sequence, payload))
             worker.outstanding.append((sequence, pending))
             pending.expect(worker)
-            if op is Op.CLOSE:
-                worker.closing = True
         return pending
 
     def _step_payload(self, worker: _Worker, actions: Any) -> bytes:

@@ -278,3 +278,61 @@ def test_process_options_are_checked() -> None:
     expected = "process" if len(os.sched_getaffinity(0)) >= 2 else "thread"
     assert resolve_backend_name("auto", 4, {}) == expected
     assert resolve_backend_name("auto", 1, {}) == "thread"
+
+
+def _exit_abruptly() -> CountingEnv:
+    os._exit(3)
+
+
+async def test_factory_that_kills_its_worker(no_leaks: None) -> None:
+    envs = aiovec.AsyncVectorEnv([CountingEnv, _exit_abruptly], backend="process",
+                                 num_workers=2)
+    with pytest.raises(aiovec.WorkerDiedError) as caught:
+        await envs.start()
+    assert caught.value.env_indices == (1,)
+    assert "exit code 3" in str(caught.value)
+    assert envs.closed
+
+
+async def test_factory_that_hangs_hits_the_start_deadline(tmp_path: Path, no_leaks: None) -> None:
+    envs = aiovec.AsyncVectorEnv([CountingEnv, _hang_forever], backend="process",
+                                 num_workers=2, close_timeout=0.5)
+    with pytest.raises(aiovec.EnvTimeoutError) as caught:
+        await envs.start(timeout=2)
+    assert caught.value.env_indices == (1,)
+    assert envs.closed
+
+
+def _hang_forever() -> CountingEnv:
+    import threading
+
+    threading.Event().wait()
+    raise AssertionError("unreachable")
+
+
+async def test_unpicklable_factory_is_refused_clearly(no_leaks: None) -> None:
+    import threading
+
+    lock = threading.Lock()
+    envs = aiovec.AsyncVectorEnv([lambda: CountingEnv() if lock else None], backend="process")
+    with pytest.raises(TypeError, match="lock"):
+        await envs.start()
+    assert envs.closed
+
+
+async def test_close_while_another_task_steps(tmp_path: Path, no_leaks: None) -> None:
+    fifo = tmp_path / "in-step"
+    os.mkfifo(fifo)
+    envs = aiovec.AsyncVectorEnv([PidEnv, lambda: FifoStepEnv(str(fifo))], backend="process",
+                                 num_workers=2, close_timeout=0.5)
+    await envs.reset()
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            async def step() -> None:
+                with pytest.raises((aiovec.WorkerDiedError, aiovec.ClosedError)):
+                    await envs.step(np.zeros(2, np.int64))
+
+            group.start_soon(step)
+            await anyio.to_thread.run_sync(fifo.read_bytes)
+            await envs.aclose()  # bounded: the hung worker is terminated
+    assert envs.closed
