@@ -1,6 +1,6 @@
 """Starting worker processes and keeping a handle on them until they are reaped.
 
-``spawn`` (default) runs a fresh interpreter (``python -m aiovec._backends._process_worker``):
+``spawn`` (default) runs a fresh interpreter (``_BOOTSTRAP``, the parent's ``sys.path``):
 safe whatever threads the parent runs, and it never re-imports the caller's ``__main__``, so
 scripts need no ``if __name__ == "__main__"`` guard. ``fork`` starts faster but, like every
 fork of a process with threads, may deadlock on a lock another thread held: opt in knowingly.
@@ -12,6 +12,7 @@ closes them) and exit the moment the parent dies (see ``_process_worker._exit_wi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,13 @@ import anyio.to_thread
 __all__ = ["START_METHODS", "Child", "start_child"]
 
 START_METHODS = ("spawn", "fork")
+
+# The spawned interpreter starts with the parent's sys.path, so it imports aiovec (and the
+# env's modules) from wherever the parent did: a virtualenv, an editable install, PYTHONPATH.
+_BOOTSTRAP = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "from aiovec._backends._process_worker import main; main(sys.argv[2:])"
+)
 
 
 class Child:
@@ -113,7 +121,7 @@ def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
     if method == "spawn":
         popen = subprocess.Popen(
-            [sys.executable, "-m", "aiovec._backends._process_worker",
+            [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path),
              str(child_end.fileno()), str(lifeline)],
             pass_fds=(child_end.fileno(), lifeline), start_new_session=True,
         )

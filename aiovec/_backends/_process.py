@@ -22,7 +22,6 @@ import os
 import pickle
 import signal
 import socket
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -214,7 +213,7 @@ class ProcessBackend(Backend):
                   for index in range(self.num_workers + 1)]
         shares = [range(bounds[index], bounds[index + 1]) for index in range(self.num_workers)]
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
-        inits = [dumps((sys.path, hosted.start, self.autoreset_mode.value,
+        inits = [dumps((hosted.start, self.autoreset_mode.value,
                         cloudpickle.dumps([self.env_fns[i] for i in hosted])))
                  for hosted in shares]
         read_end, write_end = os.pipe()  # the lifeline: see _process_worker._exit_with_parent

@@ -13,7 +13,6 @@ import os
 import pickle
 import signal
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -34,7 +33,7 @@ from aiovec._backends._shared_memory import (
 )
 from aiovec._core._slot import EnvSlot, Failure, Op
 
-__all__ = ["worker_main"]
+__all__ = ["main", "worker_main"]
 
 #: After answering, a worker polls for the next request this long (yielding the CPU between
 #: polls) before blocking. On the 2-core CI machines a blocked process takes ~20 µs to wake,
@@ -208,8 +207,7 @@ def worker_main(sock: socket.socket, lifeline: int) -> None:
         kind, _, payload = recv_frame(sock)
         if kind is not Kind.INIT:
             raise RuntimeError(f"expected INIT, got {kind.name}")
-        sys_path, first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
-        sys.path[:] = sys_path  # the parent's: factories may live in the parent's modules
+        first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
         env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
         worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
         sock.sendall(encode(Kind.HELLO, 0, dumps(worker.make())))
@@ -274,11 +272,6 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
             raise RuntimeError(f"unexpected frame {kind.name}")
 
 
-def _main(argv: list[str]) -> None:
-    """``python -m aiovec._backends._process_worker SOCKET_FD LIFELINE_FD`` (spawn)."""
-    sock = socket.socket(fileno=int(argv[1]))
-    worker_main(sock, int(argv[2]))
-
-
-if __name__ == "__main__":
-    _main(sys.argv)
+def main(argv: list[str]) -> None:
+    """Entry point of a spawned worker: ``argv`` is ``[SOCKET_FD, LIFELINE_FD]``."""
+    worker_main(socket.socket(fileno=int(argv[0])), int(argv[1]))

@@ -23,7 +23,7 @@ HEADER = struct.Struct("<BII")
 class Kind(enum.IntEnum):
     """Frame kinds. Requests go parent → worker; every request gets exactly one REPLY."""
 
-    INIT = 0  # parent → worker, once: sys.path, the first env index, the env factories
+    INIT = 0  # parent → worker, once: the first env index, autoreset mode, the env factories
     HELLO = 1  # worker → parent, once: the sub-envs are made (descriptions or failures)
     ATTACH = 2  # map the shared memory block (its descriptor rides along, SCM_RIGHTS)
     RESET = 3
