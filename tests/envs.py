@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import select
 import threading
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from aiovec.testing import CountingEnv
 
@@ -122,3 +124,24 @@ class TextEnv(gym.Env[str, str]):
     def step(self, action: str) -> Any:
         self.text = (action + self.text)[:8]
         return self.text, float(len(action)), False, False, {}
+
+
+def wait_for_fifo(path: str, timeout: float) -> bool:
+    """Block until a writer has written to the FIFO at ``path`` (True) or ``timeout`` passed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # does not wait for a writer to open
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000)) and bool(os.read(fd, 1))
+    finally:
+        os.close(fd)
+
+
+class ActionDtypeEnv(CountingEnv):
+    """Reports the dtype of the action it received, in its step info."""
+
+    action_space = gym.spaces.Box(0.0, 1.0, (), np.float32)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(0)
+        return obs, reward, terminated, truncated, {"dtype": str(np.asarray(action).dtype)}

@@ -4,6 +4,7 @@
 safe whatever threads the parent runs, and it never re-imports the caller's ``__main__``, so
 scripts need no ``if __name__ == "__main__"`` guard. ``fork`` starts faster but, like every
 fork of a process with threads, may deadlock on a lock another thread held: opt in knowingly.
+``forkserver`` (accepted for Gymnasium compatibility) means ``spawn``.
 
 Workers run in their own session (Ctrl-C at the terminal reaches only the parent, which then
 closes them) and exit the moment the parent dies (see ``_process_worker._exit_with_parent``).
@@ -24,7 +25,7 @@ import anyio.to_thread
 
 __all__ = ["START_METHODS", "Child", "start_child"]
 
-START_METHODS = ("spawn", "fork")
+START_METHODS = ("spawn", "fork", "forkserver")
 
 # The spawned interpreter starts with the parent's sys.path, so it imports aiovec (and the
 # env's modules) from wherever the parent did: a virtualenv, an editable install, PYTHONPATH.
@@ -119,7 +120,7 @@ class Child:
 
 def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
-    if method == "spawn":
+    if method in ("spawn", "forkserver"):  # aiovec's spawn is what forkserver is for: safe
         popen = subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path),
              str(child_end.fileno()), str(lifeline)],

@@ -321,7 +321,8 @@ class ProcessBackend(Backend):
         """Actions go through shared memory, unless the worker may still be reading it."""
         hosted = worker.env_indices
         if self.takes_action_batches:
-            if not worker.outstanding:
+            # Shared memory holds the space's dtype; other dtypes reach the env unchanged.
+            if not worker.outstanding and _same_dtypes(self._action_views, actions):
                 _write_rows(self._action_views, actions, slice(hosted.start, hosted.stop))
                 return b""
             return dumps([read_row(actions, env_index) for env_index in hosted])
@@ -466,6 +467,15 @@ class ProcessBackend(Backend):
     def describe(self) -> str:
         alive = sum(worker.alive for worker in self._workers)
         return f"process backend, {alive}/{self.num_workers} workers alive"
+
+
+def _same_dtypes(views: Any, batch: Any) -> bool:
+    """True when every array of a validated batch has the dtype of its shared-memory view."""
+    if isinstance(views, dict):
+        return all(_same_dtypes(child, batch[key]) for key, child in views.items())
+    if isinstance(views, tuple):
+        return all(_same_dtypes(child, part) for child, part in zip(views, batch))
+    return bool(views.dtype == batch.dtype)
 
 
 def _write_rows(views: Any, batch: Any, rows: slice) -> None:

@@ -2,8 +2,9 @@
 
 The check runs in the caller's task before any sub-env is touched, so a wrong batch size,
 shape or dtype raises ``ValueError`` (a scalar where a batch belongs: ``TypeError``) and no
-sub-env has stepped. The checked batch is a private copy in the action space's dtype, so every
-backend hands sub-envs the same values, and nothing sees later changes to the caller's array.
+sub-env has stepped. The checked batch is a private copy (nothing sees later changes to the
+caller's array) that keeps the caller's dtype, as Gymnasium does: a float32 Box stepped with
+float64 actions receives float64 rows on every backend.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str) -> tuple[C
             )
         if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
             raise ValueError(f"{where}: expected dtype {dtype} for {space}, got {array.dtype}")
-        return np.array(array, dtype=dtype)  # always a copy
+        return np.array(array)  # always a copy
 
     return check, list
 
@@ -119,5 +120,5 @@ class ActionChecker:
         self._check, self.split = _rules(single_action_space, num_envs)
 
     def check(self, actions: Any) -> Any:
-        """The batch as a private copy in the space's dtype, or an error saying what is wrong."""
+        """The batch as a private copy, or an error saying what is wrong with it."""
         return self._check(actions, "actions")

@@ -21,7 +21,14 @@ import pytest
 import aiovec
 from aiovec._backends import resolve_backend_name
 from aiovec.testing import CountingEnv, EpisodeEnv
-from tests.envs import FifoStepEnv, PidEnv, StubbornEnv, TextEnv, UnpicklableInfoEnv
+from tests.envs import (
+    FifoStepEnv,
+    PidEnv,
+    StubbornEnv,
+    TextEnv,
+    UnpicklableInfoEnv,
+    wait_for_fifo,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -152,7 +159,8 @@ async def test_worker_killed_mid_step(tmp_path: Path, no_leaks: None) -> None:
         with anyio.fail_after(60):
             async with anyio.create_task_group() as group:
                 group.start_soon(step)
-                await anyio.to_thread.run_sync(fifo.read_bytes)  # env 1 is inside step now
+                # env 1 is inside step once it wrote to the FIFO
+                assert await anyio.to_thread.run_sync(wait_for_fifo, str(fifo), 30)
                 os.kill(victim, signal.SIGKILL)
                 started = time.monotonic()
         assert time.monotonic() - started < 1.0
@@ -333,6 +341,6 @@ async def test_close_while_another_task_steps(tmp_path: Path, no_leaks: None) ->
                     await envs.step(np.zeros(2, np.int64))
 
             group.start_soon(step)
-            await anyio.to_thread.run_sync(fifo.read_bytes)
+            assert await anyio.to_thread.run_sync(wait_for_fifo, str(fifo), 30)
             await envs.aclose()  # bounded: the hung worker is terminated
     assert envs.closed

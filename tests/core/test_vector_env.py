@@ -14,7 +14,7 @@ import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
-from tests.envs import GatedEnv, RaisingEnv, failing_factory
+from tests.envs import ActionDtypeEnv, GatedEnv, RaisingEnv, failing_factory
 
 pytestmark = pytest.mark.anyio
 BACKENDS = ["inline", "thread", "process"]
@@ -396,3 +396,12 @@ async def test_scalar_action_is_a_type_error() -> None:
         await envs.reset()
         with pytest.raises(TypeError, match="expected a batch of 2 actions, got a scalar"):
             await envs.step(0)
+
+
+@backends
+async def test_actions_reach_sub_envs_in_the_callers_dtype(backend: str) -> None:
+    async with aiovec.AsyncVectorEnv([ActionDtypeEnv] * 2, backend=backend) as envs:
+        await envs.reset()
+        for dtype in (np.float32, np.float64, np.float32):
+            *_, infos = await envs.step(np.full(2, 0.5, dtype))
+            assert infos["dtype"].tolist() == [np.dtype(dtype).name] * 2

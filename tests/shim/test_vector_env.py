@@ -19,7 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.backends.test_process import wait_for_exit
-from tests.envs import FifoStepEnv, GatedEnv, PidEnv
+from tests.envs import FifoStepEnv, GatedEnv, PidEnv, wait_for_fifo
 
 BACKENDS = ["inline", "thread", "process"]
 backends = pytest.mark.parametrize("backend", BACKENDS)
@@ -207,8 +207,8 @@ def test_ctrl_c_with_process_workers_reaps_them_quietly(
         workers = sorted(set(shim.get_attr("pid")))
 
         def interrupt_once_stepping() -> None:
-            fifo.read_bytes()  # sub-env 1 is inside step
-            os.kill(os.getpid(), signal.SIGINT)
+            if wait_for_fifo(str(fifo), 30):  # sub-env 1 is inside step
+                os.kill(os.getpid(), signal.SIGINT)
 
         interrupter = threading.Thread(target=interrupt_once_stepping)
         interrupter.start()
