@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import cloudpickle
 import sniffio
@@ -163,9 +164,11 @@ class _ProcessPending(Pending):
                 reading.set()
 
     async def wait(self) -> None:
-        if self._future is not None:
+        if not self._owing:  # answered already, or addressed to no live worker at all
+            await anyio.lowlevel.checkpoint()
+        elif self._future is not None:
             await self._future
-        elif self._owing:  # no readiness callbacks (trio): one waiter per worker
+        else:  # no readiness callbacks (trio): one waiter per worker
             async with anyio.create_task_group() as group:
                 for worker in list(self._owing):
                     group.start_soon(self._wait_for, worker)

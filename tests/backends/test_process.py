@@ -344,3 +344,20 @@ async def test_close_while_another_task_steps(tmp_path: Path, no_leaks: None) ->
             assert await anyio.to_thread.run_sync(wait_for_fifo, str(fifo), 30)
             await envs.aclose()  # bounded: the hung worker is terminated
     assert envs.closed
+
+
+async def test_closing_when_every_worker_is_dead_is_prompt(no_leaks: None) -> None:
+    envs = aiovec.AsyncVectorEnv([_exit_abruptly] * 2, backend="process", num_workers=2,
+                                 close_timeout=60)
+    with anyio.fail_after(20):  # far below close_timeout: nothing waits for dead workers
+        with pytest.raises(aiovec.WorkerDiedError):
+            await envs.start()
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2,
+                                     close_timeout=60) as envs:
+        await envs.reset()
+        for pid in await worker_pids(envs):
+            os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(20), pytest.raises(aiovec.WorkerDiedError):
+            await envs.step(np.zeros(2, np.int64))
+    with anyio.fail_after(20):
+        await envs.aclose()
