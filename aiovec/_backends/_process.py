@@ -36,7 +36,14 @@ from gymnasium.vector import AutoresetMode
 from aiovec._backends._base import Backend, BatchBuffers, Pending
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
-from aiovec._backends._shared_memory import BlockLayout, map_block, open_block, read_row
+from aiovec._backends._shared_memory import (
+    BlockLayout,
+    map_block,
+    open_block,
+    read_row,
+    same_dtypes,
+    write_rows,
+)
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import WorkerDiedError
@@ -87,7 +94,7 @@ class _Worker:
 class _ProcessPending(Pending):
     """Replies to one request, delivered worker by worker."""
 
-    __slots__ = ("_backend", "_dead", "_done", "_future", "_owing", "_position", "sequence")
+    __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
 
     def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
                  sequence: int) -> None:
@@ -159,6 +166,8 @@ class _ProcessPending(Pending):
             try:
                 await anyio.wait_readable(worker.sock)
                 self._backend.receive(worker)  # delivers to whichever request each reply answers
+            except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
+                self._backend.lost(worker)
             finally:
                 reading, worker.reading = worker.reading, None
                 reading.set()
@@ -325,8 +334,8 @@ class ProcessBackend(Backend):
         hosted = worker.env_indices
         if self.takes_action_batches:
             # Shared memory holds the space's dtype; other dtypes reach the env unchanged.
-            if not worker.outstanding and _same_dtypes(self._action_views, actions):
-                _write_rows(self._action_views, actions, slice(hosted.start, hosted.stop))
+            if not worker.outstanding and same_dtypes(self._action_views, actions):
+                write_rows(self._action_views, actions, slice(hosted.start, hosted.stop))
                 return b""
             return dumps([read_row(actions, env_index) for env_index in hosted])
         return dumps([actions[env_index] for env_index in hosted])
@@ -372,7 +381,7 @@ class ProcessBackend(Backend):
         except OSError:
             size = 0
         if not size:
-            self._lost(worker)
+            self.lost(worker)
             return
         if size == _HEADER_SIZE and worker.outstanding and not worker.reader.pending:
             # The hot path: one reply with nothing to report.
@@ -389,11 +398,11 @@ class ProcessBackend(Backend):
             if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
                 pending.deliver(worker, payload)
             else:  # out of protocol: this worker cannot be trusted any more
-                self._lost(worker)
+                self.lost(worker)
                 worker.process.signal(signal.SIGKILL)
                 return
 
-    def _lost(self, worker: _Worker) -> None:
+    def lost(self, worker: _Worker) -> None:
         """The worker's socket closed: fail what it owed."""
         if not worker.alive:
             return
@@ -423,8 +432,11 @@ class ProcessBackend(Backend):
             with anyio.move_on_after(timeout):
                 await pending.wait()
             for worker in self._workers:
-                self._lost(worker)
+                self.lost(worker)
             await self._stop_processes()
+            if self.loop is None:  # wake tasks parked on a socket (trio) before closing it
+                for worker in self._workers:
+                    anyio.notify_closing(worker.sock)
             self._release()
         return pending
 
@@ -470,25 +482,3 @@ class ProcessBackend(Backend):
     def describe(self) -> str:
         alive = sum(worker.alive for worker in self._workers)
         return f"process backend, {alive}/{self.num_workers} workers alive"
-
-
-def _same_dtypes(views: Any, batch: Any) -> bool:
-    """True when every array of a validated batch has the dtype of its shared-memory view."""
-    if isinstance(views, dict):
-        return all(_same_dtypes(child, batch[key]) for key, child in views.items())
-    if isinstance(views, tuple):
-        return all(_same_dtypes(child, part) for child, part in zip(views, batch))
-    return bool(views.dtype == batch.dtype)
-
-
-def _write_rows(views: Any, batch: Any, rows: slice) -> None:
-    """Copy rows ``rows`` of a validated action batch into the shared views."""
-    if isinstance(views, dict):
-        for key, child in views.items():
-            _write_rows(child, batch[key], rows)
-    elif isinstance(views, tuple):
-        for child, part in zip(views, batch):
-            _write_rows(child, part, rows)
-    else:
-        views[rows] = batch[rows]
-

@@ -189,13 +189,22 @@ def read_row(views: Any, env_index: int) -> Any:
     return tuple(read_row(child, env_index) for child in views)
 
 
-def write_batch(views: Any, batch: Any) -> None:
-    """Copy a whole validated batch (same tree shape) into the views."""
-    if isinstance(views, np.ndarray):
-        np.copyto(views, batch, casting="same_kind")
-    elif isinstance(views, dict):
+def same_dtypes(views: Any, batch: Any) -> bool:
+    """True when every array of a validated batch has the dtype of its view."""
+    if isinstance(views, dict):
+        return all(same_dtypes(child, batch[key]) for key, child in views.items())
+    if isinstance(views, tuple):
+        return all(same_dtypes(child, part) for child, part in zip(views, batch))
+    return bool(views.dtype == batch.dtype)
+
+
+def write_rows(views: Any, batch: Any, rows: slice) -> None:
+    """Copy rows ``rows`` of a validated batch (same tree shape) into the views."""
+    if isinstance(views, dict):
         for key, child in views.items():
-            write_batch(child, batch[key])
+            write_rows(child, batch[key], rows)
+    elif isinstance(views, tuple):
+        for child, part in zip(views, batch):
+            write_rows(child, part, rows)
     else:
-        for child, item in zip(views, batch):
-            write_batch(child, item)
+        views[rows] = batch[rows]
