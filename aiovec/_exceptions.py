@@ -9,6 +9,7 @@ The tree, and who caused each error::
     ├── ResetNeededError             your code stepped before reset (or a failed sub-env)
     ├── EnvTimeoutError              sub-envs did not answer before the deadline
     ├── WorkerDiedError              a worker process died (crash, signal, out of memory)
+    ├── SerializationError           a sub-env's result or exception could not be pickled
     ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
     └── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
 
@@ -17,7 +18,8 @@ The tree, and who caused each error::
 The classes also derive from the matching Gymnasium errors, so code written against
 ``gymnasium.vector.AsyncVectorEnv`` keeps catching what it caught before.
 
-Every exception here survives a pickle round trip with its attributes intact.
+Every exception here survives a pickle round trip with its attributes intact (except
+``partial_result``, the healthy sub-envs' results of the failed call, which stays local).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "EnvTimeoutError",
     "NotStartedError",
     "ResetNeededError",
+    "SerializationError",
     "SubEnvError",
     "SubEnvErrorGroup",
     "WorkerDiedError",
@@ -78,7 +81,10 @@ class EnvTimeoutError(AiovecError, TimeoutError, multiprocessing.TimeoutError):
 
     ``env_indices`` lists the sub-envs that still owed a reply. It is also a builtin
     ``TimeoutError`` and a ``multiprocessing.TimeoutError`` (what Gymnasium raises).
+    ``partial_result`` holds what the call returned for the sub-envs that did answer.
     """
+
+    partial_result: Any = None
 
     def __init__(self, operation: str, env_indices: Sequence[int], timeout: float | None) -> None:
         self.operation = operation
@@ -109,6 +115,11 @@ class WorkerDiedError(AiovecError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.env_indices, self.exitcode))
+
+
+class SerializationError(AiovecError):
+    """A sub-env's result (observation, info, return value) or exception could not be pickled
+    on its way from a worker process; the message carries its ``repr``."""
 
 
 class SubEnvError(AiovecError):
@@ -160,9 +171,13 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
     failed sub-env raised the same exception type (say ``ValueError``), the group raised is
     also an instance of that type, so ``except ValueError`` keeps working as it did with
     Gymnasium, which re-raises the sub-env's exception type.
+
+    ``partial_result`` is what the call returned for the sub-envs that did not fail (see the
+    README, "Failure semantics"): nothing a healthy sub-env did is dropped silently.
     """
 
     operation: str
+    partial_result: Any = None
 
     def __new__(cls, operation: str, errors: Sequence[SubEnvError]) -> SubEnvErrorGroup:
         self = super().__new__(cls, _group_message(operation, errors), list(errors))

@@ -27,8 +27,11 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture(autouse=True)
 def _no_leaked_threads() -> Iterator[None]:
-    """Every test must leave behind no sub-env or loop thread of aiovec's."""
+    """Every test must leave behind no sub-env or loop thread of aiovec's (threads finishing
+    their last job, e.g. an abandoned sub-env closing once released, get a few seconds)."""
     yield
-    leaked = [thread.name for thread in threading.enumerate()
-              if thread.name.startswith("aiovec-") and thread.is_alive()]
+    finishing = [thread for thread in threading.enumerate() if thread.name.startswith("aiovec-")]
+    for thread in finishing:
+        thread.join(timeout=5)
+    leaked = [thread.name for thread in finishing if thread.is_alive()]
     assert not leaked, f"threads left running: {leaked}"

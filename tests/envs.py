@@ -44,6 +44,7 @@ class GatedEnv(CountingEnv):
         self.gated = gated
         self.entered = threading.Event()
         self.release = threading.Event()
+        self.closed_event = threading.Event()
         self.thread_ids: set[int] = {threading.get_ident()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -61,6 +62,7 @@ class GatedEnv(CountingEnv):
     def close(self) -> None:
         self.thread_ids.add(threading.get_ident())
         super().close()
+        self.closed_event.set()
 
 
 def failing_factory() -> CountingEnv:

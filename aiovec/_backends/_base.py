@@ -23,8 +23,9 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
+from aiovec._core._statistics import LatencyLog
 
-__all__ = ["NO_REPLY", "Backend", "BatchBuffers", "Pending"]
+__all__ = ["NO_REPLY", "Backend", "BatchBuffers", "Pending", "Remade"]
 
 
 class _NoReply:
@@ -43,6 +44,9 @@ class Pending(abc.ABC):
     """Replies to one request, one per addressed sub-env, in the order of ``env_indices``."""
 
     __slots__ = ("env_indices", "op", "replies")
+
+    #: False while the request provably reached no sub-env (so cancelling it changed nothing).
+    started: bool = True
 
     def __init__(self, op: Op, env_indices: Sequence[int]) -> None:
         self.op = op
@@ -77,6 +81,15 @@ class BatchBuffers:
     truncations: np.ndarray[Any, np.dtype[np.bool_]]
 
 
+@dataclass(frozen=True)
+class Remade:
+    """What ``Backend.remake`` did: the sub-envs made afresh (more than asked for when they
+    share a host) and those whose factory failed (their slots stay empty)."""
+
+    env_indices: list[int]
+    failures: list[Failure]
+
+
 class Backend(abc.ABC):
     """Hosts ``len(env_fns)`` sub-envs and serves requests on them.
 
@@ -89,6 +102,8 @@ class Backend(abc.ABC):
     in_process: ClassVar[bool]
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
+    #: Each sub-env's recent step durations, once started.
+    latencies: LatencyLog | None = None
 
     def __init__(
         self,
@@ -113,6 +128,30 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
         """Send ``op`` to each sub-env in ``env_indices`` with its payload; never blocks."""
+
+    def lost_envs(self) -> list[int]:
+        """Sub-envs whose host is gone (dead worker, abandoned thread): only ``remake`` helps."""
+        return []
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        """These sub-envs missed a deadline: make sure whatever they still owe is never used
+        (kill their worker, abandon their thread). They are lost until remade.
+
+        The inline backend has nothing to discard: its sub-envs cannot miss a deadline, since
+        they run to completion before the event loop can notice one.
+        """
+        return
+
+    @abc.abstractmethod
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        """Make the sub-envs at ``env_indices`` afresh (closing any old one, its errors ignored).
+
+        Cancellable; a cancelled remake leaves the sub-envs it had not finished lost.
+        """
+
+    def abandoned_threads(self) -> int:
+        """Hung sub-env threads given up on and still running."""
+        return 0
 
     @abc.abstractmethod
     async def aclose(self, timeout: float) -> Pending | None:

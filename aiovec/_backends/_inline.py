@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 import anyio.lowlevel
 import gymnasium as gym
 
-from aiovec._backends._base import Backend, Pending
+from aiovec._backends._base import Backend, Pending, Remade
 from aiovec._core._slot import EnvSlot, Op
+from aiovec._core._statistics import LatencyLog
 
 __all__ = ["InlineBackend"]
 
@@ -22,17 +23,19 @@ __all__ = ["InlineBackend"]
 class _InlinePending(Pending):
     """Runs the request on the sub-envs when first awaited."""
 
-    __slots__ = ("_payloads", "_slots")
+    __slots__ = ("_payloads", "_slots", "started")
 
     def __init__(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                  slots: list[EnvSlot]) -> None:
         super().__init__(op, env_indices)
         self._payloads = payloads
         self._slots = slots
+        self.started = False
 
     async def wait(self) -> None:
         # The one cancellation point: a request cancelled here never touched a sub-env.
         await anyio.lowlevel.checkpoint()
+        self.started = True
         slots, op, replies = self._slots, self.op, self.replies
         for position, (env_index, payload) in enumerate(zip(self.env_indices, self._payloads)):
             replies[position] = slots[env_index].run(op, payload)
@@ -48,9 +51,16 @@ class InlineBackend(Backend):
     _slots: list[EnvSlot]
 
     async def start(self) -> Pending:
-        self._slots = [EnvSlot(index, self.autoreset_mode) for index in range(self.num_envs)]
+        self.latencies = LatencyLog.allocate(self.num_envs)
+        self._slots = [EnvSlot(index, self.autoreset_mode, self.latencies.timer(index))
+                       for index in range(self.num_envs)]
         indices = range(self.num_envs)
         return self.submit(Op.MAKE, indices, self.env_fns)
+
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        pending = self.submit(Op.MAKE, env_indices, [self.env_fns[i] for i in env_indices])
+        await pending.wait()
+        return Remade(list(env_indices), pending.failures())
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
         return _InlinePending(op, env_indices, payloads, self._slots)

@@ -33,7 +33,7 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Backend, BatchBuffers, Pending
+from aiovec._backends._base import Backend, BatchBuffers, Pending, Remade
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
 from aiovec._backends._shared_memory import (
@@ -51,7 +51,7 @@ from aiovec._exceptions import WorkerDiedError
 __all__ = ["ProcessBackend"]
 
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
-               Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE}
+               Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
 _REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 _INBOX_SIZE = 1 << 16
@@ -216,6 +216,9 @@ class ProcessBackend(Backend):
         self._block_fd: int | None = None
         self._action_views: Any = None
         self._lifeline: tuple[int, int] | None = None
+        self._inits: list[bytes] = []
+        self._worker_of: list[int] = [0] * self.num_envs
+        self._attach_frame = b""
 
     # ------------------------------------------------------------------ start-up
 
@@ -225,33 +228,53 @@ class ProcessBackend(Backend):
                   for index in range(self.num_workers + 1)]
         shares = [range(bounds[index], bounds[index + 1]) for index in range(self.num_workers)]
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
-        inits = [dumps((hosted.start, self.autoreset_mode.value,
-                        cloudpickle.dumps([self.env_fns[i] for i in hosted])))
-                 for hosted in shares]
-        read_end, write_end = os.pipe()  # the lifeline: see _process_worker._exit_with_parent
-        self._lifeline = (read_end, write_end)
+        self._inits = [dumps((hosted.start, self.autoreset_mode.value,
+                              cloudpickle.dumps([self.env_fns[i] for i in hosted])))
+                       for hosted in shares]
+        for index, hosted in enumerate(shares):
+            self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)
+        # The lifeline: see _process_worker._exit_with_parent. The read end stays open here
+        # too, for workers started later (restarts).
+        self._lifeline = os.pipe()
         workers: list[_Worker] = []
         try:
             for index, hosted in enumerate(shares):
-                parent_end, child_end = socket.socketpair()
-                with child_end:
-                    child = start_child(self.start_method, child_end, read_end)
-                workers.append(_Worker(index, hosted, child, parent_end))
-            for worker, init in zip(workers, inits):  # meanwhile, the workers start up
-                worker.sock.sendall(encode(Kind.INIT, 0, init))
-                worker.sock.setblocking(False)
+                workers.append(self._spawn(index, hosted, send_init=False))
+            for worker in workers:  # meanwhile, the workers start up
+                self._send_init(worker)
         except BaseException:
             for worker in workers:
                 worker.process.signal(signal.SIGKILL)
                 worker.process.wait_blocking(_EXIT_TIMEOUT)
                 worker.process.close()
                 worker.sock.close()
-            os.close(write_end)
+            os.close(self._lifeline[0])
+            os.close(self._lifeline[1])
             self._lifeline = None
             raise
-        finally:
-            os.close(read_end)  # the workers hold it now
         return workers
+
+    def _spawn(self, index: int, hosted: range, *, send_init: bool = True) -> _Worker:
+        """Start worker ``index`` for the sub-envs ``hosted`` (blocking, briefly)."""
+        assert self._lifeline is not None
+        parent_end, child_end = socket.socketpair()
+        with child_end:
+            child = start_child(self.start_method, child_end, self._lifeline[0])
+        worker = _Worker(index, hosted, child, parent_end)
+        if send_init:
+            try:
+                self._send_init(worker)
+            except BaseException:
+                child.signal(signal.SIGKILL)
+                child.wait_blocking(_EXIT_TIMEOUT)
+                child.close()
+                parent_end.close()
+                raise
+        return worker
+
+    def _send_init(self, worker: _Worker) -> None:
+        worker.sock.sendall(encode(Kind.INIT, 0, self._inits[worker.index]))
+        worker.sock.setblocking(False)
 
     async def start(self) -> Pending:
         if sniffio.current_async_library() == "asyncio":
@@ -262,11 +285,15 @@ class ProcessBackend(Backend):
             self._workers = await anyio.to_thread.run_sync(self._launch)
         pending = _ProcessPending(self, Op.MAKE, range(self.num_envs), 0)
         for worker in self._workers:
-            worker.outstanding.append((0, pending))
-            pending.expect(worker)
-            if self.loop is not None:
-                self.loop.add_reader(worker.sock.fileno(), self.receive, worker)
+            self._expect_hello(worker, pending)
         return pending
+
+    def _expect_hello(self, worker: _Worker, pending: _ProcessPending) -> None:
+        """``pending`` gets the worker's HELLO (its sub-envs made, or failed)."""
+        worker.outstanding.append((0, pending))
+        pending.expect(worker)
+        if self.loop is not None:
+            self.loop.add_reader(worker.sock.fileno(), self.receive, worker)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
         layout = BlockLayout.plan(spaces.single_observation_space,
@@ -274,24 +301,14 @@ class ProcessBackend(Backend):
         self._block_fd = open_block(layout.size)
         self._block = map_block(self._block_fd, layout.size)
         views = layout.views(self._block)
-        sequence = next(self._sequence)
-        # The acknowledgement carries no values: only dead workers leave a trace (failures).
-        pending = _ProcessPending(self, Op.MAKE, range(self.num_envs), sequence)
-        frame = encode(Kind.ATTACH, sequence, dumps(layout))
-        for worker in self._workers:
-            if not worker.alive:
-                pending.worker_died(worker)
-                continue
-            socket.send_fds(worker.sock, [frame], [self._block_fd])
-            worker.outstanding.append((sequence, pending))
-            pending.expect(worker)
+        self._attach_frame = dumps(layout)
+        pending = self._attach(self._workers)
         await pending.wait()
-        os.close(self._block_fd)  # every worker and our mapping hold their own reference
-        self._block_fd = None
         failures = pending.failures()
         if failures:
             raise WorkerDiedError(failures[0].description,
                                   [failure.env_index for failure in failures], None)
+        self.latencies = views.latencies
         self._action_views = views.actions
         self.takes_action_batches = views.actions is not None
         if views.observations is None:  # results travel pickled: the core batches them
@@ -299,6 +316,85 @@ class ProcessBackend(Backend):
         self.buffers = BatchBuffers(views.observations, views.rewards, views.terminations,
                                     views.truncations)
         return self.buffers
+
+    def _attach(self, workers: Sequence[_Worker]) -> _ProcessPending:
+        """Send ATTACH (the block's descriptor rides along) to ``workers``."""
+        assert self._block_fd is not None
+        sequence = next(self._sequence)
+        # The acknowledgement carries no values: only dead workers leave a trace (failures).
+        indices = sorted(index for worker in workers for index in worker.env_indices)
+        pending = _ProcessPending(self, Op.MAKE, indices, sequence)
+        frame = encode(Kind.ATTACH, sequence, self._attach_frame)
+        for worker in workers:
+            if not worker.alive:
+                pending.worker_died(worker)
+                continue
+            with contextlib.suppress(OSError):  # died already: the reader sees its EOF
+                socket.send_fds(worker.sock, [frame], [self._block_fd])
+            worker.outstanding.append((sequence, pending))
+            pending.expect(worker)
+        return pending
+
+    # ------------------------------------------------------------------ restarts
+
+    def lost_envs(self) -> list[int]:
+        return [index for worker in self._workers if not worker.alive
+                for index in worker.env_indices]
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        for worker_index in sorted({self._worker_of[index] for index in env_indices}):
+            worker = self._workers[worker_index]
+            worker.process.signal(signal.SIGKILL)
+            self.lost(worker)
+
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        wanted = set(env_indices)
+        involved = [self._workers[index]
+                    for index in sorted({self._worker_of[env] for env in wanted})]
+        dead = [worker for worker in involved if not worker.alive]
+        remade = sorted(wanted.union(*(worker.env_indices for worker in dead)))
+        live_indices = sorted(index for index in wanted
+                              if self._workers[self._worker_of[index]].alive)
+        failures: list[Failure] = []
+        pending = self.submit(Op.MAKE, live_indices, [None] * len(live_indices))
+        async with anyio.create_task_group() as group:
+            for worker in dead:
+                group.start_soon(self._respawn, worker, failures)
+            await pending.wait()
+        failures += pending.failures()
+        return Remade(remade, sorted(failures, key=lambda failure: failure.env_index))
+
+    async def _respawn(self, old: _Worker, failures: list[Failure]) -> None:
+        """Replace a dead worker by a new one hosting the same sub-envs, made afresh."""
+        old.process.signal(signal.SIGKILL)
+        await old.process.wait(_EXIT_TIMEOUT)
+        self._retire(old)
+        if self.start_method == "fork":
+            worker = self._spawn(old.index, old.env_indices)
+        else:
+            worker = await anyio.to_thread.run_sync(self._spawn, old.index, old.env_indices)
+        self._workers[old.index] = worker
+        try:
+            hello = _ProcessPending(self, Op.MAKE, worker.env_indices, 0)
+            self._expect_hello(worker, hello)
+            await hello.wait()
+            failures += hello.failures()
+            if worker.alive:
+                attached = self._attach([worker])
+                await attached.wait()
+                failures += attached.failures()
+        except BaseException:  # cancelled: a half-started worker is no use to anyone
+            worker.process.signal(signal.SIGKILL)
+            self.lost(worker)
+            raise
+
+    def _retire(self, worker: _Worker) -> None:
+        """Release a dead worker's socket and process handle."""
+        self.lost(worker)
+        if self.loop is None:  # wake tasks parked on the socket (trio) before closing it
+            anyio.notify_closing(worker.sock)
+        worker.sock.close()
+        worker.process.close()
 
     # ------------------------------------------------------------------ requests
 
@@ -308,7 +404,8 @@ class ProcessBackend(Backend):
         kind = _KIND_OF_OP[op]
         shared_payload = dumps(payloads[0]) if op is Op.CALL else b""
         for worker in self._workers:
-            requested = worker.env_indices if op is not Op.RESET else pending.hosted_by(worker)
+            requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE)
+                         else worker.env_indices)
             if not requested:
                 continue
             if not worker.alive:
@@ -322,6 +419,8 @@ class ProcessBackend(Backend):
                                  for env_index in requested])
             elif op is Op.SET_ATTR:
                 payload = dumps([payloads[env_index] for env_index in requested])
+            elif op is Op.MAKE:
+                payload = dumps(requested)
             else:
                 payload = shared_payload
             self._send(worker, encode(kind, sequence, payload))
@@ -459,6 +558,9 @@ class ProcessBackend(Backend):
             worker.process.close()
         self.buffers = None
         self._action_views = None
+        if self.latencies is not None:
+            self.latencies.release()
+            self.latencies = None
         if self._block is not None:
             # Views the caller still holds (copy=False) keep the mapping alive until they go.
             with contextlib.suppress(BufferError):
@@ -468,6 +570,7 @@ class ProcessBackend(Backend):
             os.close(self._block_fd)
             self._block_fd = None
         if self._lifeline is not None:
+            os.close(self._lifeline[0])
             os.close(self._lifeline[1])
             self._lifeline = None
 

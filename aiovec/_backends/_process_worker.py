@@ -32,6 +32,7 @@ from aiovec._backends._shared_memory import (
     write_row,
 )
 from aiovec._core._slot import EnvSlot, Failure, Op
+from aiovec._exceptions import SerializationError
 
 __all__ = ["main", "worker_main"]
 
@@ -59,11 +60,15 @@ def _exit_with_parent(lifeline: int) -> None:
 
 
 def portable(failure: Failure) -> Failure:
-    """The failure, minus its exception if that would not survive the trip to the parent."""
+    """The failure, its exception replaced by a ``SerializationError`` if that exception would
+    not survive the trip to the parent (the original traceback text is kept)."""
     try:
         pickle.loads(dumps(failure.exception))
-    except Exception:
-        return Failure(failure.env_index, failure.phase, None,
+    except Exception as error:
+        cause = SerializationError(
+            f"the exception of sub-env {failure.env_index} could not be pickled ({error}): "
+            f"{failure.exception!r:.200}")
+        return Failure(failure.env_index, failure.phase, cause,
                        failure.description + " (the exception itself could not be pickled)",
                        failure.traceback)
     return failure
@@ -71,9 +76,10 @@ def portable(failure: Failure) -> Failure:
 
 def _unpicklable(env_index: int, phase: str, value: Any, error: Exception) -> Failure:
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return Failure(env_index, phase, None,
-                   f"SerializationError: the {phase} result of sub-env {env_index} could not be "
-                   f"pickled ({error}): {value!r:.200}", text)
+    message = (f"the {phase} result of sub-env {env_index} could not be pickled ({error}): "
+               f"{value!r:.200}")
+    return Failure(env_index, phase, SerializationError(message),
+                   f"SerializationError: {message}", text)
 
 
 def _actions_come_in_frames(env_index: int) -> Any:
@@ -107,6 +113,17 @@ class _Worker:
         if views.actions is not None:
             self.read_action = row_reader(views.actions)
         self.write_obs = None if views.observations is None else row_writer(views.observations)
+        for slot in self.slots:
+            slot.step_timer = views.latencies.timer(slot.env_index)
+
+    def remake(self, env_indices: list[int]) -> list[Any]:
+        """Make the given hosted sub-envs afresh (a restart requested by the parent)."""
+        replies = []
+        for env_index in env_indices:
+            offset = env_index - self.first_env
+            reply = self.slots[offset].run(Op.MAKE, self.env_fns[offset])
+            replies.append(portable(reply) if type(reply) is Failure else None)
+        return replies
 
     def reset(self, requests: list[tuple[int, int | None, dict[str, Any] | None]]) -> list[Any]:
         views = self.views
@@ -157,9 +174,13 @@ class _Worker:
         replies = self.run_each(Op.CLOSE, [None] * len(self.slots))
         if self.block is not None:
             # Drop every view first: the mapping cannot close while arrays point into it.
+            if self.views is not None:
+                self.views.latencies.release()
             self.views = None
             self.read_action = _actions_come_in_frames
             self.write_obs = None
+            for slot in self.slots:
+                slot.step_timer = None
             with contextlib.suppress(BufferError):  # the process is about to exit anyway
                 self.block.close()
         return replies
@@ -265,6 +286,9 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
         elif kind is Kind.SET_ATTR:
             replies = worker.run_each(Op.SET_ATTR, pickle.loads(payload))
             sock.sendall(_reply(sequence, "set_attr", replies, hosted))
+        elif kind is Kind.MAKE:
+            requested = pickle.loads(payload)
+            sock.sendall(_reply(sequence, "make", worker.remake(requested), requested))
         elif kind is Kind.CLOSE:
             sock.sendall(_reply(sequence, "close", worker.close(), hosted))
             return

@@ -32,6 +32,7 @@ class Kind(enum.IntEnum):
     SET_ATTR = 6
     CLOSE = 7
     REPLY = 8
+    MAKE = 9  # make some hosted sub-envs afresh (a restart); payload: their env indices
 
 
 def encode(kind: Kind, sequence: int, payload: bytes = b"") -> bytes:

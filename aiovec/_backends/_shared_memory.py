@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from aiovec._core._statistics import RING_SIZE, LatencyLog
+
 __all__ = ["BlockLayout", "SpaceLayout", "open_block"]
 
 _ALIGNMENT = 64  # cache-line aligned regions: workers writing neighbouring rows share less
@@ -95,6 +97,8 @@ class BlockLayout:
     rewards: _Leaf
     terminations: _Leaf
     truncations: _Leaf
+    latencies: _Leaf
+    step_counts: _Leaf
 
     @classmethod
     def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
@@ -106,8 +110,11 @@ class BlockLayout:
         rewards = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.float64).str)
         terminations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
         truncations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
+        latencies = _Leaf(allocator.take(8 * num_envs * RING_SIZE), (num_envs, RING_SIZE),
+                          np.dtype(np.float64).str)
+        step_counts = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
         return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
-                   truncations)
+                   truncations, latencies, step_counts)
 
     def views(self, block: mmap.mmap) -> BlockViews:
         """Numpy views of every region of a mapped block."""
@@ -118,6 +125,7 @@ class BlockLayout:
             rewards=_views(self.rewards, buffer),
             terminations=_views(self.terminations, buffer),
             truncations=_views(self.truncations, buffer),
+            latencies=LatencyLog(_views(self.latencies, buffer), _views(self.step_counts, buffer)),
         )
 
 
@@ -130,6 +138,7 @@ class BlockViews:
     rewards: np.ndarray[Any, np.dtype[np.float64]]
     terminations: np.ndarray[Any, np.dtype[np.bool_]]
     truncations: np.ndarray[Any, np.dtype[np.bool_]]
+    latencies: LatencyLog
 
 
 def open_block(size: int) -> int:

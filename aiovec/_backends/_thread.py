@@ -18,9 +18,10 @@ import anyio
 import anyio.to_thread
 import gymnasium as gym
 
-from aiovec._backends._base import NO_REPLY, Backend, Pending
+from aiovec._backends._base import NO_REPLY, Backend, Pending, Remade
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._slot import EnvSlot, Failure, Op
+from aiovec._core._statistics import LatencyLog
 
 __all__ = ["ThreadBackend"]
 
@@ -71,37 +72,95 @@ def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job]) -> None:
             return
 
 
+#: Hung sub-env threads still running, beyond which no replacement thread is started.
+MAX_ABANDONED_THREADS = 64
+
+
 class ThreadBackend(Backend):
-    """One dedicated thread per sub-env; steps run concurrently."""
+    """One dedicated thread per sub-env; steps run concurrently.
+
+    A thread cannot be killed: a sub-env that misses a deadline is *abandoned* (told to close
+    whenever its call returns, never sent anything else) and its slot gets a new thread and a
+    fresh env at the next ``remake``. At most ``MAX_ABANDONED_THREADS`` may linger.
+    """
 
     name: ClassVar[str] = "thread"
     in_process: ClassVar[bool] = True
 
     _slots: list[EnvSlot]
     _queues: list[queue.SimpleQueue[_Job]]
-    _threads: list[threading.Thread]
+    _threads: list[threading.Thread | None]
     _wake: ThreadsafeCaller
 
     async def start(self) -> Pending:
         self._wake = threadsafe_caller()
-        self._slots = [EnvSlot(index, self.autoreset_mode) for index in range(self.num_envs)]
+        self.latencies = LatencyLog.allocate(self.num_envs)
+        self._slots = [self._new_slot(index) for index in range(self.num_envs)]
         self._queues = [queue.SimpleQueue() for _ in range(self.num_envs)]
-        pending = self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
-        self._threads = [
-            threading.Thread(target=_serve, args=(slot, jobs), daemon=True,
-                             name=f"aiovec-env-{slot.env_index}")
-            for slot, jobs in zip(self._slots, self._queues)
-        ]
-        for thread in self._threads:
-            thread.start()
-        return pending
+        self._threads = [None] * self.num_envs
+        self._abandoned: list[threading.Thread] = []
+        for env_index in range(self.num_envs):
+            self._start_thread(env_index)
+        return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
+
+    def _new_slot(self, env_index: int) -> EnvSlot:
+        assert self.latencies is not None
+        return EnvSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index))
+
+    def _start_thread(self, env_index: int) -> None:
+        thread = threading.Thread(target=_serve, daemon=True, name=f"aiovec-env-{env_index}",
+                                  args=(self._slots[env_index], self._queues[env_index]))
+        self._threads[env_index] = thread
+        thread.start()
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
         pending = _ThreadPending(op, env_indices, self._wake)
-        queues = self._queues
+        queues, threads = self._queues, self._threads
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
-            queues[env_index].put((op, payload, pending, position))
+            if threads[env_index] is None:  # abandoned, not remade yet
+                pending.deliver(position, _lost(env_index, op))
+            else:
+                queues[env_index].put((op, payload, pending, position))
         return pending
+
+    def lost_envs(self) -> list[int]:
+        return [index for index, thread in enumerate(self._threads) if thread is None]
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        for env_index in env_indices:
+            thread = self._threads[env_index]
+            if thread is None:
+                continue
+            # The old thread closes its env and exits if its call ever returns.
+            self._queues[env_index].put((Op.CLOSE, None, None, 0))
+            self._abandoned.append(thread)
+            self._threads[env_index] = None
+            self._slots[env_index] = self._new_slot(env_index)
+            self._queues[env_index] = queue.SimpleQueue()
+
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        lingering = self.abandoned_threads()
+        refused: list[Failure] = []
+        for env_index in env_indices:
+            if self._threads[env_index] is not None:
+                continue
+            if lingering >= MAX_ABANDONED_THREADS:
+                refused.append(Failure(
+                    env_index, "make", None,
+                    f"RuntimeError: {lingering} abandoned sub-env threads are still running "
+                    f"(the cap is {MAX_ABANDONED_THREADS}); not starting another", ""))
+                continue
+            self._start_thread(env_index)
+        startable = [i for i in env_indices if self._threads[i] is not None]
+        pending = self.submit(Op.MAKE, startable, [self.env_fns[i] for i in startable])
+        await pending.wait()
+        return Remade(list(env_indices), sorted(pending.failures() + refused,
+                                                key=lambda failure: failure.env_index))
+
+    def abandoned_threads(self) -> int:
+        self._abandoned = [thread for thread in getattr(self, "_abandoned", ())
+                           if thread.is_alive()]
+        return len(self._abandoned)
 
     async def aclose(self, timeout: float) -> Pending | None:
         if not hasattr(self, "_threads"):
@@ -112,7 +171,7 @@ class ThreadBackend(Backend):
                 await pending.wait()
             # Threads that answered are returning; a hung one is a daemon and is abandoned.
             finishing = [thread for thread, reply in zip(self._threads, pending.replies)
-                         if reply is not NO_REPLY]
+                         if reply is not NO_REPLY and thread is not None]
             await anyio.to_thread.run_sync(_join_all, finishing, 1.0)
         return pending
 
@@ -128,8 +187,17 @@ class ThreadBackend(Backend):
         return env
 
     def describe(self) -> str:
-        alive = sum(thread.is_alive() for thread in getattr(self, "_threads", ()))
+        alive = sum(thread is not None and thread.is_alive()
+                    for thread in getattr(self, "_threads", ()))
         return f"thread backend, {alive} threads alive"
+
+
+def _lost(env_index: int, op: Op) -> Any:
+    """The reply of a sub-env that has no thread (abandoned, not remade yet)."""
+    if op is Op.CLOSE:  # nothing left to close: the abandoned thread closes its env itself
+        return None
+    return Failure(env_index, op.value, None,
+                   "the sub-env was abandoned after missing a deadline; reset it", "")
 
 
 def _join_all(threads: Sequence[threading.Thread], timeout: float) -> None:

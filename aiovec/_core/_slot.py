@@ -8,7 +8,9 @@ in the sub-env: it returns a ``Failure`` that the caller turns into ``SubEnvErro
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,14 +72,17 @@ class Failure:
 class EnvSlot:
     """Hosts sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset_mode", "env", "env_index", "needs_reset")
+    __slots__ = ("autoreset_mode", "env", "env_index", "needs_reset", "step_timer")
 
-    def __init__(self, env_index: int, autoreset_mode: AutoresetMode) -> None:
+    def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
+                 step_timer: Callable[[float], None] | None = None) -> None:
         self.env_index = env_index
         self.autoreset_mode = autoreset_mode
         self.env: gym.Env[Any, Any] | None = None
         # Next-step autoreset: the episode ended on the previous step, so this step resets.
         self.needs_reset = False
+        #: Called with the step's start time (``time.perf_counter``) after each step.
+        self.step_timer = step_timer
 
     def run(self, op: Op, payload: Any) -> Any:
         """Serve one request; a sub-env exception comes back as a ``Failure``."""
@@ -87,10 +92,18 @@ class EnvSlot:
             return Failure.capture(self.env_index, op.value, exc)
 
     def _make(self, env_fn: Callable[[], gym.Env[Any, Any]]) -> EnvDescription:
+        """Make the sub-env; a remake (restart) closes the old one first, ignoring its errors."""
+        old, self.env = self.env, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
         env = env_fn()
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
         self.env = env
+        # A fresh env in next-step mode starts its first episode on its next step, exactly as
+        # after an episode end (the core refuses steps before the first explicit reset).
+        self.needs_reset = self.autoreset_mode is AutoresetMode.NEXT_STEP
         return EnvDescription(env.observation_space, env.action_space,
                               dict(env.metadata), env.render_mode)
 
@@ -107,6 +120,15 @@ class EnvSlot:
         return obs, info, env.np_random_seed
 
     def _step(self, action: Any) -> StepOutcome:
+        if self.step_timer is None:
+            return self._step_untimed(action)
+        started = time.perf_counter()
+        try:
+            return self._step_untimed(action)
+        finally:
+            self.step_timer(started)
+
+    def _step_untimed(self, action: Any) -> StepOutcome:
         env = self._live_env()
         if self.needs_reset:
             self.needs_reset = False

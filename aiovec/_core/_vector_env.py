@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy as _copy
 import enum
 import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import anyio
 import gymnasium as gym
@@ -18,10 +20,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from aiovec._backends import load_backend, resolve_backend_name
-from aiovec._backends._base import Backend, BatchBuffers, Pending
+from aiovec._backends._base import NO_REPLY, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._shared_memory import read_row
 from aiovec._core._actions import ActionChecker
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import copy_observations
+from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
 from aiovec._core._slot import EnvDescription, Failure, Op
 from aiovec._core._spaces import (
@@ -30,6 +34,7 @@ from aiovec._core._spaces import (
     check_observation_mode,
     resolve_spaces,
 )
+from aiovec._core._statistics import LatencySummary, Statistics
 from aiovec._exceptions import (
     BusyError,
     ClosedError,
@@ -59,6 +64,15 @@ USE_DEFAULT: Final = _UseDefault.TOKEN
 Timeout = float | None | _UseDefault
 
 
+@dataclass
+class _Counters:
+    steps: int = 0
+    resets: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    restarts: int = 0
+
+
 class _State(enum.Enum):
     CREATED = "created"
     STARTING = "starting"
@@ -67,13 +81,40 @@ class _State(enum.Enum):
 
 
 class _InFlight:
-    """A request submitted to the backend and not yet collected."""
+    """A request submitted to the backend (or, after lost sub-envs are remade, about to be)
+    and not yet collected."""
 
-    __slots__ = ("operation", "pending")
+    __slots__ = ("deadline", "early", "env_indices", "failed", "late", "op", "operation",
+                 "payloads", "pending", "remake")
 
-    def __init__(self, operation: str, pending: Pending) -> None:
+    def __init__(self, operation: str, op: Op, env_indices: Sequence[int],
+                 payloads: Sequence[Any], pending: Pending | None,
+                 remake: Sequence[int] = ()) -> None:
         self.operation = operation
+        self.op = op
+        self.env_indices = env_indices
+        self.payloads = payloads
         self.pending = pending
+        #: Lost sub-envs to make afresh before the request is sent.
+        self.remake = list(remake)
+        #: Sub-envs that failed before the request was sent (their remake failed).
+        self.early: dict[int, Failure] = {}
+        self.deadline: float | None = None
+        self.late: list[int] = []
+        self.failed: list[Failure] = []
+
+    def replies(self) -> list[Any]:
+        """One reply per sub-env of ``env_indices`` (``NO_REPLY`` where none came)."""
+        pending = self.pending
+        if pending is not None and not self.early:
+            return list(pending.replies)
+        answered = {} if pending is None else dict(zip(pending.env_indices, pending.replies))
+        return [self.early.get(index, answered.get(index, NO_REPLY))
+                for index in self.env_indices]
+
+    def unanswered(self) -> list[int]:
+        return [index for index, reply in zip(self.env_indices, self.replies())
+                if reply is NO_REPLY]
 
 
 def _check_timeout(timeout: float | None, what: str) -> float | None:
@@ -98,6 +139,8 @@ class AsyncVectorEnv:
 
     ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
     each call also takes ``timeout=``, and honours the caller's own cancel scopes.
+    ``restart`` (a ``RestartPolicy``, ``True`` for its defaults, or an int cap) recreates
+    sub-envs that raise, hang or die instead of raising; see the README, "Failure semantics".
     Use it as ``async with AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
     """
 
@@ -111,6 +154,7 @@ class AsyncVectorEnv:
         timeout: float | None = None,
         observation_mode: ObservationMode = "same",
         close_timeout: float = 10.0,
+        restart: RestartPolicy | bool | int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
     ) -> None:
@@ -132,6 +176,7 @@ class AsyncVectorEnv:
         self.timeout = _check_timeout(timeout, "timeout")
         self.close_timeout = _check_timeout(close_timeout, "close_timeout") or math.inf
         self.observation_mode = observation_mode
+        self._restart_policy = RestartPolicy.coerce(restart)
         options = {"num_workers": num_workers, "start_method": start_method}
         self.backend_name = resolve_backend_name(backend, self.num_envs, options)
         if backend == "auto":
@@ -146,6 +191,12 @@ class AsyncVectorEnv:
         self._metadata: dict[str, Any] = {}
         self._render_mode: str | None = None
         self._spaces: VectorSpaces | None = None
+        self._counters = _Counters()
+        self._unmade: set[int] = set()
+        self._restart_counts = np.zeros(self.num_envs, dtype=np.int64)
+        self._consecutive_restarts = np.zeros(self.num_envs, dtype=np.int64)
+        self._last_restart_at = np.full(self.num_envs, -2, dtype=np.int64)
+        self._final_latency: tuple[LatencySummary, ...] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,8 +214,10 @@ class AsyncVectorEnv:
             raise BusyError("another task is already starting this vector env")
         self._state = _State.STARTING
         try:
-            self._in_flight = _InFlight("start", await self._backend.start())
-            descriptions: list[EnvDescription] = await self._collect(self._in_flight, timeout)
+            pending = await self._backend.start()
+            self._in_flight = _InFlight("start", Op.MAKE, pending.env_indices, (), pending)
+            descriptions: list[EnvDescription] = await self._collect_start(self._in_flight,
+                                                                           timeout)
             self._spaces = resolve_spaces(self.observation_mode, descriptions)
             buffers = await self._backend.attach(self._spaces)
         except BaseException:
@@ -215,13 +268,14 @@ class AsyncVectorEnv:
         """
         if self._state is _State.CLOSED:
             return
+        self._final_latency = self._latency_summaries()
         self._state = _State.CLOSED
         self._in_flight = None
         self._drop_buffers()
         with anyio.CancelScope(shield=True):
             pending = await self._backend.aclose(self.close_timeout)
-        if pending is not None:
-            self._raise_failures("close", pending.failures())
+        if pending is not None and pending.failures():
+            raise _error_group("close", pending.failures())
 
     def _drop_buffers(self) -> None:
         """Let go of the batch arrays, so shared memory can be unmapped when closing."""
@@ -256,6 +310,41 @@ class AsyncVectorEnv:
         stepping = "" if self._in_flight is None else f", {self._in_flight.operation} in flight"
         return (f"<{type(self).__name__} {self.num_envs} envs, {self._backend.describe()}, "
                 f"{self._state.value}{stepping}>")
+
+    # ------------------------------------------------------------------ observability
+
+    def statistics(self) -> Statistics:
+        """Counters since creation and each sub-env's recent step latency (cheap: no I/O)."""
+        counters = self._counters
+        return Statistics(
+            steps=counters.steps,
+            resets=counters.resets,
+            errors=counters.errors,
+            timeouts=counters.timeouts,
+            restarts=counters.restarts,
+            abandoned_threads=self._backend.abandoned_threads(),
+            step_latency=self._final_latency or self._latency_summaries(),
+        )
+
+    def _latency_summaries(self) -> tuple[LatencySummary, ...]:
+        latencies = self._backend.latencies
+        if latencies is None:
+            nan = math.nan
+            return (LatencySummary(0, nan, nan, nan),) * self.num_envs
+        return tuple(latencies.summary(index) for index in range(self.num_envs))
+
+    @property
+    def unusable_envs(self) -> tuple[int, ...]:
+        """Sub-envs that cannot step until reset: never reset, failed, timed out, died, cut
+        short by a cancelled call, or (autoreset disabled) done. ``reset`` recovers them."""
+        if self._state is not _State.RUNNING:
+            return tuple(range(self.num_envs))
+        return tuple(np.flatnonzero(self._reset_needed).tolist())
+
+    @property
+    def restart_policy(self) -> RestartPolicy | None:
+        """The restart policy, or ``None`` (errors are raised)."""
+        return self._restart_policy
 
     # ------------------------------------------------------------------ attributes
 
@@ -398,7 +487,8 @@ class AsyncVectorEnv:
     def _submit(
         self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any]
     ) -> _InFlight:
-        in_flight = _InFlight(operation, self._backend.submit(op, env_indices, payloads))
+        pending = self._backend.submit(op, env_indices, payloads)
+        in_flight = _InFlight(operation, op, env_indices, payloads, pending)
         self._in_flight = in_flight
         return in_flight
 
@@ -420,34 +510,64 @@ class AsyncVectorEnv:
         else:
             indices = np.flatnonzero(reset_mask).tolist()
         payloads = [(seeds[index], env_options) for index in indices]
+        lost = set(self._backend.lost_envs()).union(self._unmade).intersection(indices)
+        if lost:  # made afresh first, under the reset's deadline
+            in_flight = _InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost))
+            self._in_flight = in_flight
+            return in_flight
         return self._submit(Op.RESET, "reset", indices, payloads)
 
     async def _finish_reset(
         self, in_flight: _InFlight, timeout: Timeout
     ) -> tuple[Any, dict[str, Any]]:
         try:
-            replies = await self._collect(in_flight, timeout)
+            replies, broken = await self._gather(in_flight, timeout)
+            indices = list(in_flight.env_indices)
+            restarted = None
+            if broken and self._restart_policy is not None:
+                payloads = dict(zip(indices, in_flight.payloads))
+                restarted = await self._restart(
+                    broken, {index: payloads[index] for index in broken})
+                if restarted is not None:
+                    for env_index, (reply, _reason) in restarted.items():
+                        replies[indices.index(env_index)] = reply
+                    broken = {}
+            result = self._assemble_reset(indices, replies, broken)
+            if broken:
+                self._fail("reset", in_flight, broken, result)
+            for env_index, (_reply, reason) in (restarted or {}).items():
+                merge_info(result[1], {"restart": reason}, env_index, self.num_envs)
+            self._counters.resets += 1
+            return result
         finally:
             self._release(in_flight)
-        indices = list(in_flight.pending.env_indices)
+
+    def _assemble_reset(self, indices: list[int], replies: list[Any],
+                        broken: dict[int, str]) -> tuple[Any, dict[str, Any]]:
         n = self.num_envs
         infos: dict[str, Any] = {}
         seeds = self._np_random_seeds
+        healthy = [position for position, env_index in enumerate(indices)
+                   if env_index not in broken] if broken else range(len(indices))
         if self._in_place:  # observations are in place; the replies are the infos
-            for env_index, (info, seed) in zip(indices, replies):
-                merge_info(infos, info, env_index, n)
-                seeds[env_index] = seed
+            for position in healthy:
+                info, seed = replies[position]
+                merge_info(infos, info, indices[position], n)
+                seeds[indices[position]] = seed
         else:
             env_obs = self._env_obs
-            for env_index, (obs, info, seed) in zip(indices, replies):
+            for position in healthy:
+                obs, info, seed = replies[position]
+                env_index = indices[position]
                 env_obs[env_index] = obs
                 merge_info(infos, info, env_index, n)
                 seeds[env_index] = seed
             self._observations = concatenate(self.single_observation_space, env_obs,
                                              self._observations)
-        self._terminations[indices] = False
-        self._truncations[indices] = False
-        self._reset_needed[indices] = False
+        done = [indices[position] for position in healthy]
+        self._terminations[done] = False
+        self._truncations[done] = False
+        self._reset_needed[done] = False
         self._has_reset = True
         observations = self._observations
         return (copy_observations(observations) if self.copy else observations), infos
@@ -472,15 +592,46 @@ class AsyncVectorEnv:
 
     async def _finish_step(self, in_flight: _InFlight, timeout: Timeout) -> StepResult:
         try:
-            replies = await self._collect(in_flight, timeout)
+            replies, broken = await self._gather(in_flight, timeout)
+            restarted = None
+            if broken and self._restart_policy is not None:
+                same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+                previous = {index: self._observation_row(index) for index in broken}
+                restarted = await self._restart(
+                    broken, dict.fromkeys(broken, (None, None)) if same_step else None)
+                if restarted is not None:
+                    broken = {}
+            infos = self._assemble_step(replies, broken)
+            if restarted is not None:
+                self._apply_restarts(restarted, previous, infos)
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                self._reset_needed |= self._terminations
+                self._reset_needed |= self._truncations
+                self._ready_to_step = False
+            # No local name for the batch: a raised error's frames must not pin shared memory.
+            result = (
+                copy_observations(self._observations) if self.copy else self._observations,
+                self._rewards.copy(),
+                self._terminations.copy(),
+                self._truncations.copy(),
+                infos,
+            )
+            if broken:
+                self._fail("step", in_flight, broken, result)
+            self._counters.steps += 1
+            return result
         finally:
             self._release(in_flight)
+
+    def _assemble_step(self, replies: list[Any], broken: dict[int, str]) -> dict[str, Any]:
+        """Batch the healthy replies; broken sub-envs keep their observation, with reward 0
+        and no episode end (the restart policy may then overwrite them)."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
         if self._in_place:  # results are in place; a reply is None or (info, final)
             for env_index, reply in enumerate(replies):
-                if reply is not None:
+                if reply is not None and env_index not in broken:
                     info, final = reply
                     if final is not None:
                         merge_info(infos, final, env_index, n)
@@ -488,9 +639,10 @@ class AsyncVectorEnv:
                         merge_info(infos, info, env_index, n)
         else:
             env_obs = self._env_obs
-            for env_index, (obs, reward, terminated, truncated, info, final) in enumerate(
-                replies
-            ):
+            for env_index, reply in enumerate(replies):
+                if broken and env_index in broken:
+                    continue
+                obs, reward, terminated, truncated, info, final = reply
                 env_obs[env_index] = obs
                 rewards[env_index] = reward
                 terminations[env_index] = terminated
@@ -499,20 +651,42 @@ class AsyncVectorEnv:
                     merge_info(infos, final, env_index, n)
                 if info:
                     merge_info(infos, info, env_index, n)
-            self._observations = concatenate(self.single_observation_space, env_obs,
+        if broken:
+            failed = list(broken)
+            rewards[failed] = 0.0
+            terminations[failed] = False
+            truncations[failed] = False
+        if not self._in_place:
+            self._observations = concatenate(self.single_observation_space, self._env_obs,
                                              self._observations)
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._reset_needed |= terminations
-            self._reset_needed |= truncations
-            self._ready_to_step = False
-        observations = self._observations
-        return (
-            copy_observations(observations) if self.copy else observations,
-            rewards.copy(),
-            terminations.copy(),
-            truncations.copy(),
-            infos,
-        )
+        return infos
+
+    def _observation_row(self, env_index: int) -> Any:
+        """A private copy of sub-env ``env_index``'s current observation."""
+        if self._in_place:
+            return read_row(self._observations, env_index)
+        return _copy.deepcopy(self._env_obs[env_index])
+
+    def _apply_restarts(self, restarted: dict[int, tuple[Any, str]],
+                        previous: dict[int, Any], infos: dict[str, Any]) -> None:
+        """Restarted sub-envs: episode cut (``truncated``), reward 0, ``infos["restart"]``;
+        in same-step mode their new episode's first observation, the old one in ``final_obs``."""
+        n = self.num_envs
+        for env_index, (reply, reason) in restarted.items():
+            self._rewards[env_index] = 0.0
+            self._terminations[env_index] = False
+            self._truncations[env_index] = True
+            extra: dict[str, Any] = {"restart": reason}
+            if reply is not None:  # same-step mode: the sub-env was reset too
+                info = reply[-2]
+                if not self._in_place:
+                    self._env_obs[env_index] = reply[0]
+                extra = {"final_obs": previous.get(env_index), "final_info": {}, **extra}
+                merge_info(infos, info, env_index, n)
+            merge_info(infos, extra, env_index, n)
+        if not self._in_place and any(reply is not None for reply, _ in restarted.values()):
+            self._observations = concatenate(self.single_observation_space, self._env_obs,
+                                             self._observations)
 
     async def _submit_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -526,39 +700,194 @@ class AsyncVectorEnv:
 
     async def _finish_call(self, in_flight: _InFlight, timeout: Timeout) -> tuple[Any, ...]:
         try:
-            replies = await self._collect(in_flight, timeout)
+            replies, broken = await self._gather(in_flight, timeout)
+            result = tuple(None if reply is NO_REPLY or type(reply) is Failure else reply
+                           for reply in replies)
+            if broken:
+                self._fail(in_flight.operation, in_flight, broken, result)
+            return result
         finally:
             self._release(in_flight)
-        return tuple(replies)
 
     def _release(self, in_flight: _InFlight) -> None:
         if self._in_flight is in_flight:
             self._in_flight = None
 
-    async def _collect(self, in_flight: _InFlight, timeout: Timeout) -> list[Any]:
-        """Await every reply of ``in_flight``; raise for a timeout or failed sub-envs."""
-        operation, pending = in_flight.operation, in_flight.pending
-        deadline = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
-        if deadline is None:  # no cancel scope of our own: the caller's still apply
-            await pending.wait()
-        else:
-            with anyio.move_on_after(deadline) as scope:
-                await pending.wait()
-            if scope.cancelled_caught:
-                raise EnvTimeoutError(operation, pending.unanswered(), deadline)
-        self._raise_failures(operation, pending.failures())
-        return pending.replies
+    # ------------------------------------------------------------------ failures, restarts
 
-    def _raise_failures(self, operation: str, failures: list[Failure]) -> None:
-        if not failures:
-            return
-        errors = []
-        for failure in failures:
-            error = SubEnvError(failure.env_index, failure.phase, failure.description,
-                                failure.traceback)
-            error.__cause__ = failure.exception
-            errors.append(error)
-        if operation in ("step", "reset") and self._state is _State.RUNNING:
-            self._reset_needed[[failure.env_index for failure in failures]] = True
+    async def _gather(self, in_flight: _InFlight,
+                      timeout: Timeout) -> tuple[list[Any], dict[int, str]]:
+        """Await the replies (under the deadline) → (replies, broken sub-envs and why).
+
+        A sub-env that missed the deadline is discarded by the backend (worker killed, thread
+        abandoned), so nothing it still owes can ever reach a later call.
+        """
+        deadline = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
+        in_flight.deadline = deadline
+        try:
+            if deadline is None:  # no cancel scope of our own: the caller's still apply
+                await self._progress(in_flight)
+            else:
+                with anyio.move_on_after(deadline) as scope:
+                    await self._progress(in_flight)
+                if scope.cancelled_caught:
+                    in_flight.late = in_flight.unanswered()
+        except BaseException:  # cancelled by the caller (or interrupted)
+            self._abandon(in_flight)
+            raise
+        if self._state is _State.CLOSED:  # another task closed the vector env meanwhile
+            raise ClosedError(f"the vector env was closed during {in_flight.operation}")
+        replies = in_flight.replies()
+        broken: dict[int, str] = {}
+        if in_flight.late:
+            self._counters.timeouts += len(in_flight.late)
+            self._backend.discard(in_flight.late)
+            for env_index in in_flight.late:
+                broken[env_index] = f"{in_flight.operation} timed out after {deadline:g} s"
+        in_flight.failed = [reply for reply in replies if type(reply) is Failure
+                            and reply.env_index not in broken]
+        for failure in in_flight.failed:
+            broken[failure.env_index] = failure.description
+        self._counters.errors += len(in_flight.failed)
+        return replies, broken
+
+    async def _progress(self, in_flight: _InFlight) -> None:
+        """Remake lost sub-envs first (a reset's recovery), then send and await the request."""
+        if in_flight.pending is None:
+            remade = await self._backend.remake(in_flight.remake)
+            self._counters.restarts += len(in_flight.remake)
+            self._note_remade(remade)
+            for failure in remade.failures:
+                in_flight.early[failure.env_index] = failure
+            indices = [index for index in in_flight.env_indices if index not in in_flight.early]
+            payloads = [payload for index, payload in zip(in_flight.env_indices,
+                                                          in_flight.payloads)
+                        if index not in in_flight.early]
+            in_flight.pending = self._backend.submit(in_flight.op, indices, payloads)
+        await in_flight.pending.wait()
+
+    def _note_remade(self, remade: Remade) -> None:
+        failed = {failure.env_index for failure in remade.failures}
+        for env_index in remade.env_indices:
+            if env_index in failed:
+                self._unmade.add(env_index)
+            else:
+                self._unmade.discard(env_index)
+        self._reset_needed[remade.env_indices] = True
+        self._ready_to_step = False
+
+    def _abandon(self, in_flight: _InFlight) -> None:
+        """The caller gave up on ``in_flight``: sub-envs it may have moved need a reset."""
+        pending = in_flight.pending
+        if pending is not None and not pending.started:
+            return  # it never reached a sub-env
+        if in_flight.operation in ("step", "reset") and self._state is _State.RUNNING:
+            self._reset_needed[list(in_flight.env_indices)] = True
             self._ready_to_step = False
-        raise SubEnvErrorGroup.from_errors(operation, errors)
+
+    def _fail(self, operation: str, in_flight: _InFlight, broken: dict[int, str],
+              partial_result: Any) -> NoReturn:
+        """Raise for the broken sub-envs of a call; the healthy ones' results ride along."""
+        if operation in ("step", "reset") and self._state is _State.RUNNING:
+            self._reset_needed[list(broken)] = True
+            self._ready_to_step = False
+        error: EnvTimeoutError | SubEnvErrorGroup
+        if in_flight.late and not in_flight.failed:
+            error = EnvTimeoutError(operation, in_flight.late, in_flight.deadline)
+        else:
+            errors = []
+            for env_index in in_flight.late:
+                late = SubEnvError(env_index, operation, broken[env_index])
+                late.__cause__ = EnvTimeoutError(operation, [env_index], in_flight.deadline)
+                errors.append(late)
+            for failure in in_flight.failed:
+                failed = SubEnvError(failure.env_index, failure.phase, failure.description,
+                                     failure.traceback)
+                failed.__cause__ = failure.exception
+                errors.append(failed)
+            errors.sort(key=lambda sub_error: sub_error.env_index)
+            error = SubEnvErrorGroup.from_errors(operation, errors)
+        error.partial_result = partial_result
+        raise error
+
+    async def _restart(
+        self, broken: dict[int, str], reset_payloads: dict[int, Any] | None
+    ) -> dict[int, tuple[Any, str]] | None:
+        """Recreate the broken sub-envs under the restart policy (and reset them, with
+        ``reset_payloads``) → ``{env_index: (reset reply or None, why)}``, or ``None`` when a
+        sub-env is out of restarts (the caller then raises as without a policy)."""
+        policy = self._restart_policy
+        assert policy is not None
+        reasons = dict(broken)
+        restarted: dict[int, tuple[Any, str]] = {}
+        while reasons:
+            envs = sorted(reasons)
+            if policy.max_restarts is not None and any(
+                self._restart_counts[index] >= policy.max_restarts for index in envs
+            ):
+                logger.warning("sub-env(s) %s used up their %d restarts", envs,
+                               policy.max_restarts)
+                return None
+            delay = policy.delay(max(self._count_restart(index) for index in envs))
+            if delay:
+                await anyio.sleep(delay)
+            self._counters.restarts += len(envs)
+            failed: dict[int, str] = {}
+            made: list[int] = []
+            with anyio.move_on_after(policy.make_timeout) as scope:
+                remade = await self._backend.remake(envs)
+                self._note_remade(remade)
+                for failure in remade.failures:
+                    failed[failure.env_index] = failure.description
+                made = [index for index in envs if index not in failed]
+                if reset_payloads is None:
+                    restarted.update((index, (None, reasons[index])) for index in made)
+                elif made:
+                    pending = self._backend.submit(
+                        Op.RESET, made, [reset_payloads.get(index, (None, None))
+                                         for index in made])
+                    await pending.wait()
+                    for index, reply in zip(made, pending.replies):
+                        if type(reply) is Failure:
+                            failed[index] = reply.description
+                        else:
+                            restarted[index] = (reply, reasons[index])
+            if scope.cancelled_caught:
+                late = [index for index in envs if index not in restarted and index not in failed]
+                self._backend.discard(late)
+                self._counters.timeouts += len(late)
+                failed.update((index, "restart timed out") for index in late)
+            self._counters.errors += len(failed)
+            for index in failed:
+                restarted.pop(index, None)
+            reasons = {index: reasons[index] for index in failed}
+        self._reset_needed[list(restarted)] = self.autoreset_mode is AutoresetMode.DISABLED
+        return restarted
+
+    def _count_restart(self, env_index: int) -> int:
+        """Count one restart of ``env_index`` → how many it has had in a row, no step between."""
+        steps = self._counters.steps
+        if steps - self._last_restart_at[env_index] <= 1:
+            self._consecutive_restarts[env_index] += 1
+        else:
+            self._consecutive_restarts[env_index] = 1
+        self._last_restart_at[env_index] = steps
+        self._restart_counts[env_index] += 1
+        return int(self._consecutive_restarts[env_index])
+
+    async def _collect_start(self, in_flight: _InFlight, timeout: Timeout) -> list[Any]:
+        """The sub-envs' descriptions; a factory that fails or hangs fails the start."""
+        replies, broken = await self._gather(in_flight, timeout)
+        if broken:
+            self._fail("start", in_flight, broken, None)
+        return replies
+
+
+def _error_group(operation: str, failures: Sequence[Failure]) -> SubEnvErrorGroup:
+    errors = []
+    for failure in failures:
+        error = SubEnvError(failure.env_index, failure.phase, failure.description,
+                            failure.traceback)
+        error.__cause__ = failure.exception
+        errors.append(error)
+    return SubEnvErrorGroup.from_errors(operation, errors)

@@ -263,7 +263,9 @@ async def test_fork_start_method(no_leaks: None) -> None:
         assert os.getpid() not in await worker_pids(envs)
 
 
-async def test_cancelled_step_then_next_step_is_consistent(no_leaks: None) -> None:
+async def test_cancelled_step_needs_a_reset_and_late_replies_are_dropped(
+    no_leaks: None,
+) -> None:
     factories = [lambda: EpisodeEnv("box")] * 4
     async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
         await envs.reset(seed=3)
@@ -271,8 +273,14 @@ async def test_cancelled_step_then_next_step_is_consistent(no_leaks: None) -> No
         with anyio.CancelScope() as scope:
             scope.cancel()  # cancelled before the replies can arrive: they come late
             await envs.step(actions)
+        # The sub-envs stepped, but the caller never saw it: they are not stepped blindly.
+        assert envs.unusable_envs == (0, 1, 2, 3)
+        with pytest.raises(aiovec.ResetNeededError, match="0, 1, 2, 3 need a reset"):
+            await envs.step(actions)
+        _, infos = await envs.reset(seed=3)
+        assert "elapsed" not in infos
         _, _, _, _, infos = await envs.step(actions)
-        assert infos["elapsed"].tolist() == [2, 2, 2, 2]  # the late replies were not taken
+        assert infos["elapsed"].tolist() == [1, 1, 1, 1]  # the late replies were not taken
 
 
 def test_process_options_are_checked() -> None:

@@ -292,9 +292,16 @@ async def test_reset_mask_is_checked(backend: str) -> None:
         assert await envs.get_attr("resets") == (1, 0)
 
 
-async def test_timeout_names_the_late_env_and_drops_its_late_reply() -> None:
+async def test_timeout_names_the_late_env_abandons_its_thread_and_reset_recovers() -> None:
     gated = GatedEnv()
-    factories = [lambda: GatedEnv(gated=False), lambda: gated, lambda: GatedEnv(gated=False)]
+    made = []
+
+    def second() -> GatedEnv:
+        env = gated if not made else GatedEnv(gated=False)
+        made.append(env)
+        return env
+
+    factories = [lambda: GatedEnv(gated=False), second, lambda: GatedEnv(gated=False)]
     async with aiovec.AsyncVectorEnv(factories, backend="thread", timeout=30) as envs:
         await envs.reset()
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
@@ -302,11 +309,21 @@ async def test_timeout_names_the_late_env_and_drops_its_late_reply() -> None:
         assert caught.value.env_indices == (1,)
         assert isinstance(caught.value, TimeoutError)
         assert "sub-env(s) 1 did not answer within 0.2 s" in str(caught.value)
-        gated.gated = False
-        gated.release.set()
-        # Env 1's late reply to the timed-out step is never taken for this step's answer.
+        # The healthy sub-envs' step is not lost: it rides on the error.
+        obs, rewards, _, _, _ = caught.value.partial_result
+        assert obs[:, 0].tolist() == [1, 0, 1] and rewards.tolist() == [1.0, 0.0, 1.0]
+        # Its thread is stuck in step: abandoned, counted, and the slot needs a reset.
+        assert envs.unusable_envs == (1,)
+        assert envs.statistics().abandoned_threads == 1
+        assert envs.statistics().timeouts == 1
+        with pytest.raises(aiovec.ResetNeededError, match="sub-env"):
+            await envs.step(np.ones(3, np.int64))
+        obs, _ = await envs.reset(options={"reset_mask": np.array([False, True, False])})
+        assert len(made) == 2 and made[1] is not gated  # a fresh env on a fresh thread
         obs, *_ = await envs.step(np.ones(3, np.int64))
-        assert obs[:, 0].tolist() == [2, 2, 2]
+        assert obs[:, 0].tolist() == [2, 1, 2]
+        gated.release.set()  # the abandoned thread finishes, closes its env, and exits
+    assert await anyio.to_thread.run_sync(gated.closed_event.wait, 10)
 
 
 async def test_caller_cancel_scope_is_honoured() -> None:
@@ -317,10 +334,13 @@ async def test_caller_cancel_scope_is_honoured() -> None:
             await envs.step(np.ones(2, np.int64))
         assert scope.cancelled_caught
         assert "in flight" not in repr(envs)
+        # Both sub-envs may have stepped unseen: neither steps again before a reset.
+        assert envs.unusable_envs == (0, 1)
         gated.gated = False
         gated.release.set()
+        await envs.reset()  # queued behind the cancelled step, whose late reply is dropped
         obs, *_ = await envs.step(np.ones(2, np.int64))
-        assert obs[:, 0].tolist() == [2, 2]
+        assert obs.tolist() == [[2, 2], [2, 2]]  # [steps, resets]: the cancelled step ran
 
 
 async def test_two_tasks_cannot_step_at_once() -> None:
