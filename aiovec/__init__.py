@@ -4,6 +4,9 @@
 ``gymnasium.vector.VectorEnv``); ``make_vec`` / ``make_async_vec`` build them from an env id.
 """
 
+from aiovec._core._restart import RestartPolicy as RestartPolicy
+from aiovec._core._statistics import LatencySummary as LatencySummary
+from aiovec._core._statistics import Statistics as Statistics
 from aiovec._core._vector_env import AsyncVectorEnv as AsyncVectorEnv
 from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
@@ -11,6 +14,7 @@ from aiovec._exceptions import ClosedError as ClosedError
 from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
 from aiovec._exceptions import NotStartedError as NotStartedError
 from aiovec._exceptions import ResetNeededError as ResetNeededError
+from aiovec._exceptions import SerializationError as SerializationError
 from aiovec._exceptions import SubEnvError as SubEnvError
 from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
 from aiovec._exceptions import WorkerDiedError as WorkerDiedError
@@ -26,8 +30,12 @@ __all__ = (
     "BusyError",
     "ClosedError",
     "EnvTimeoutError",
+    "LatencySummary",
     "NotStartedError",
     "ResetNeededError",
+    "RestartPolicy",
+    "SerializationError",
+    "Statistics",
     "SubEnvError",
     "SubEnvErrorGroup",
     "VectorEnv",

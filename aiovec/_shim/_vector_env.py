@@ -19,7 +19,9 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
+from aiovec._core._restart import RestartPolicy
 from aiovec._core._spaces import ObservationMode
+from aiovec._core._statistics import Statistics
 from aiovec._core._vector_env import (
     USE_DEFAULT,
     AsyncVectorEnv,
@@ -49,7 +51,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
     method; workers are always daemonic and shared memory is used whenever the spaces allow)
     and ``aiovec.AsyncVectorEnv``'s keywords (``backend``, ``timeout``, ``close_timeout``,
-    ``num_workers``). A ``timeout=None`` in a ``*_wait`` call means the construction ``timeout``.
+    ``restart``, ``num_workers``). A ``timeout=None`` in a ``*_wait`` call means the
+    construction ``timeout``.
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         backend: str = "auto",
         timeout: float | None = None,
         close_timeout: float = 10.0,
+        restart: RestartPolicy | bool | int | None = None,
         num_workers: int | None = None,
     ) -> None:
         if worker is not None:
@@ -78,7 +82,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         self._env = AsyncVectorEnv(
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
-            num_workers=num_workers, start_method=context,
+            restart=restart, num_workers=num_workers, start_method=context,
         )
         self.num_envs = self._env.num_envs
         self.copy = copy
@@ -109,6 +113,15 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     def backend_name(self) -> str:
         """The backend the sub-envs run on (``"auto"`` resolved)."""
         return self._env.backend_name
+
+    def statistics(self) -> Statistics:
+        """Counters and per-sub-env step latency; see ``AsyncVectorEnv.statistics``."""
+        return self._env.statistics()
+
+    @property
+    def unusable_envs(self) -> tuple[int, ...]:
+        """Sub-envs that cannot step until reset; see ``AsyncVectorEnv.unusable_envs``."""
+        return self._env.unusable_envs
 
     def __repr__(self) -> str:
         env_id = "" if self.spec is None else f"{self.spec.id}, "

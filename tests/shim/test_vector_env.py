@@ -98,9 +98,15 @@ def test_close_is_idempotent_and_final() -> None:
         shim.step(np.zeros(2, np.int64))
 
 
-def test_step_wait_timeout_then_recovers() -> None:
-    gated = GatedEnv()
-    shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
+def test_step_wait_timeout_then_reset_recovers() -> None:
+    made: list[CountingEnv] = []
+
+    def hangs_first() -> CountingEnv:
+        env = GatedEnv() if not made else CountingEnv()
+        made.append(env)
+        return env
+
+    shim = aiovec.VectorEnv([hangs_first, CountingEnv], backend="thread")
     try:
         shim.reset()
         shim.step_async(np.ones(2, np.int64))
@@ -108,11 +114,13 @@ def test_step_wait_timeout_then_recovers() -> None:
             shim.step_wait(timeout=0.2)
         assert isinstance(caught.value, aiovec.EnvTimeoutError)
         assert caught.value.env_indices == (0,)
-        gated.gated = False
-        gated.release.set()
+        with pytest.raises(gym.error.ResetNeeded):
+            shim.step(np.ones(2, np.int64))
+        shim.reset()  # sub-env 0 is made afresh on a new thread
         obs, *_ = shim.step(np.ones(2, np.int64))
-        assert obs[:, 0].tolist() == [2, 2]
+        assert obs[:, 0].tolist() == [1, 2] and len(made) == 2
     finally:
+        made[0].release.set()  # type: ignore[attr-defined]
         shim.close()
 
 
@@ -157,12 +165,15 @@ def test_ctrl_c_cancels_the_blocking_call() -> None:
         with pytest.raises(KeyboardInterrupt):
             shim.step(np.ones(2, np.int64))
         interrupter.join()
-        # The async step was cancelled, not left running: the shim takes a new call at once.
+        # The async step was cancelled, not left running: the shim takes a new call at once,
+        # and the sub-envs that may have stepped unseen wait for a reset.
         assert "in flight" not in repr(shim.async_env)
+        assert shim.unusable_envs == (0, 1)
         gated.gated = False
         gated.release.set()
+        shim.reset()
         obs, *_ = shim.step(np.ones(2, np.int64))
-        assert obs[:, 0].tolist() == [2, 2]
+        assert obs.tolist() == [[2, 2], [2, 2]]  # [steps, resets]
     finally:
         shim.close()
 
