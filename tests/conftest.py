@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+
+from tests.leaks import child_pids, open_fds, shm_entries
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
 collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else []
@@ -35,3 +38,25 @@ def _no_leaked_threads() -> Iterator[None]:
         thread.join(timeout=5)
     leaked = [thread.name for thread in finishing if thread.is_alive()]
     assert not leaked, f"threads left running: {leaked}"
+
+
+@pytest.fixture
+async def no_leaks(capfd: pytest.CaptureFixture[str]) -> AsyncIterator[None]:
+    """The test must leave no worker process, descriptor or shared memory behind, and no
+    worker may have printed a traceback.
+
+    Async, so the event loop's own descriptors already exist when the baseline is taken.
+    """
+    fds, shm, children = open_fds(), shm_entries(), child_pids()
+    yield
+    assert child_pids() <= children, "worker processes left running"
+    assert shm_entries() <= shm, "shared memory left in /dev/shm"
+    leaked = {}
+    for fd in open_fds() - fds:
+        try:
+            leaked[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, gone by now
+            continue
+    assert not leaked, f"descriptors left open: {leaked}"
+    errors = capfd.readouterr().err
+    assert "Traceback" not in errors, errors

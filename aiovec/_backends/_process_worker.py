@@ -42,6 +42,9 @@ __all__ = ["main", "worker_main"]
 #: 0.86x SyncVectorEnv without the spin and ~1.2x with it. ``AIOVEC_WORKER_SPIN_US`` overrides.
 SPIN_SECONDS = float(os.environ.get("AIOVEC_WORKER_SPIN_US", "200")) * 1e-6
 
+#: True in a worker process (``aiovec.testing.FaultyEnv`` only ends processes where it is).
+IN_WORKER = False
+
 
 def _exit_with_parent(lifeline: int) -> None:
     """Exit the moment the parent dies, whatever the main thread is doing.
@@ -221,6 +224,8 @@ def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
 
 def worker_main(sock: socket.socket, lifeline: int) -> None:
     """A worker's whole life: receive its sub-envs, make them, serve until CLOSE or EOF."""
+    global IN_WORKER
+    IN_WORKER = True
     _exit_with_parent(lifeline)
     # Ctrl-C is the parent's to handle: it cancels, then closes or kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -63,6 +63,11 @@ class _UseDefault(enum.Enum):
 USE_DEFAULT: Final = _UseDefault.TOKEN
 Timeout = float | None | _UseDefault
 
+#: Default deadline (seconds) for making the sub-envs: ``start``, and remaking lost ones in
+#: ``reset`` without a restart policy. Imports and worker start-up can be slow; it is not
+#: the per-call ``timeout``.
+START_TIMEOUT = 120.0
+
 
 @dataclass
 class _Counters:
@@ -200,12 +205,12 @@ class AsyncVectorEnv:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, *, timeout: Timeout = USE_DEFAULT) -> None:
+    async def start(self, *, timeout: float | None = START_TIMEOUT) -> None:
         """Make every sub-env (concurrently where the backend allows). Idempotent.
 
         ``reset`` and the other calls start the vector env on first use; ``async with`` does it
-        up front. If a factory raises or hangs, everything made so far is closed again and the
-        error is raised; the vector env is then closed.
+        up front. If a factory raises or hangs past ``timeout`` seconds, everything made so far
+        is closed again and the error is raised; the vector env is then closed.
         """
         if self._state is _State.RUNNING:
             return
@@ -521,6 +526,8 @@ class AsyncVectorEnv:
         self, in_flight: _InFlight, timeout: Timeout
     ) -> tuple[Any, dict[str, Any]]:
         try:
+            if in_flight.pending is None:
+                await self._remake_lost(in_flight)
             replies, broken = await self._gather(in_flight, timeout)
             indices = list(in_flight.env_indices)
             restarted = None
@@ -599,11 +606,10 @@ class AsyncVectorEnv:
                 previous = {index: self._observation_row(index) for index in broken}
                 restarted = await self._restart(
                     broken, dict.fromkeys(broken, (None, None)) if same_step else None)
-                if restarted is not None:
-                    broken = {}
             infos = self._assemble_step(replies, broken)
             if restarted is not None:
                 self._apply_restarts(restarted, previous, infos)
+                broken = {}
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self._reset_needed |= self._terminations
                 self._reset_needed |= self._truncations
@@ -752,19 +758,41 @@ class AsyncVectorEnv:
         return replies, broken
 
     async def _progress(self, in_flight: _InFlight) -> None:
-        """Remake lost sub-envs first (a reset's recovery), then send and await the request."""
-        if in_flight.pending is None:
-            remade = await self._backend.remake(in_flight.remake)
-            self._counters.restarts += len(in_flight.remake)
-            self._note_remade(remade)
-            for failure in remade.failures:
-                in_flight.early[failure.env_index] = failure
-            indices = [index for index in in_flight.env_indices if index not in in_flight.early]
-            payloads = [payload for index, payload in zip(in_flight.env_indices,
-                                                          in_flight.payloads)
-                        if index not in in_flight.early]
-            in_flight.pending = self._backend.submit(in_flight.op, indices, payloads)
+        assert in_flight.pending is not None
         await in_flight.pending.wait()
+
+    async def _remake_lost(self, in_flight: _InFlight) -> None:
+        """Make a reset's lost sub-envs afresh, then send the reset.
+
+        Bounded by the make deadline (``RestartPolicy.make_timeout``, else ``START_TIMEOUT``),
+        not the call's: starting a worker process may take longer than a reset should.
+        """
+        deadline = self._make_deadline()
+        try:
+            with anyio.move_on_after(deadline) as scope:
+                remade = await self._backend.remake(in_flight.remake)
+        except BaseException:
+            self._abandon(in_flight)
+            raise
+        self._counters.restarts += len(in_flight.remake)
+        if scope.cancelled_caught:
+            self._backend.discard(in_flight.remake)
+            self._counters.timeouts += len(in_flight.remake)
+            self._reset_needed[in_flight.remake] = True
+            self._ready_to_step = False
+            raise EnvTimeoutError("make", in_flight.remake, deadline)
+        self._note_remade(remade)
+        for failure in remade.failures:
+            in_flight.early[failure.env_index] = failure
+        early = in_flight.early
+        indices = [index for index in in_flight.env_indices if index not in early]
+        payloads = [payload for index, payload in zip(in_flight.env_indices, in_flight.payloads)
+                    if index not in early]
+        in_flight.pending = self._backend.submit(in_flight.op, indices, payloads)
+
+    def _make_deadline(self) -> float | None:
+        policy = self._restart_policy
+        return START_TIMEOUT if policy is None else policy.make_timeout
 
     def _note_remade(self, remade: Remade) -> None:
         failed = {failure.env_index for failure in remade.failures}

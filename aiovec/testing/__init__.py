@@ -2,11 +2,29 @@
 
 ``EpisodeEnv`` exercises every batching path (Box, Discrete, Dict and Tuple spaces; episodes
 ending by termination and by truncation; infos of many types). ``CountingEnv`` counts what was
-done to it, so a test can prove a rejected call touched nothing.
+done to it, so a test can prove a rejected call touched nothing. ``FaultyEnv`` fails on purpose
+(raises, hangs, exits, kills itself, returns unpicklable values) and ``FaultLedger`` records
+what it did across restarts, for fault-injection tests.
 """
 
 from aiovec.testing._envs import SPACE_KINDS as SPACE_KINDS
 from aiovec.testing._envs import CountingEnv as CountingEnv
 from aiovec.testing._envs import EpisodeEnv as EpisodeEnv
+from aiovec.testing._faults import FAULT_KINDS as FAULT_KINDS
+from aiovec.testing._faults import Fault as Fault
+from aiovec.testing._faults import FaultLedger as FaultLedger
+from aiovec.testing._faults import FaultyEnv as FaultyEnv
+from aiovec.testing._faults import InjectedFault as InjectedFault
+from aiovec.testing._faults import release_hangs as release_hangs
 
-__all__ = ("SPACE_KINDS", "CountingEnv", "EpisodeEnv")
+__all__ = (
+    "FAULT_KINDS",
+    "SPACE_KINDS",
+    "CountingEnv",
+    "EpisodeEnv",
+    "Fault",
+    "FaultLedger",
+    "FaultyEnv",
+    "InjectedFault",
+    "release_hangs",
+)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,76 +27,9 @@ from tests.envs import (
     UnpicklableInfoEnv,
     wait_for_fifo,
 )
+from tests.leaks import shm_entries, wait_for_exit
 
 pytestmark = pytest.mark.anyio
-
-
-def child_pids() -> set[int]:
-    """Processes whose parent is this test process."""
-    me, found = str(os.getpid()), set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == me:
-                found.add(int(entry.name))
-    return found
-
-
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
-    """The pids still running after ``timeout`` seconds (waits on pidfds, no polling)."""
-    pidfds = {}
-    for pid in pids:
-        try:
-            pidfds[os.pidfd_open(pid)] = pid
-        except ProcessLookupError:
-            continue  # already gone
-    deadline = time.monotonic() + timeout
-    try:
-        while pidfds:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            ready, _, _ = select.select(list(pidfds), [], [], remaining)
-            for fd in ready:
-                os.close(fd)
-                del pidfds[fd]
-        return sorted(pidfds.values())
-    finally:
-        for fd in pidfds:
-            os.close(fd)
-
-
-@pytest.fixture
-async def no_leaks(capfd: pytest.CaptureFixture[str]) -> AsyncIterator[None]:
-    """The test must leave no worker process, descriptor or shared memory behind, and no
-    worker may have printed a traceback.
-
-    Async, so the event loop's own descriptors already exist when the baseline is taken.
-    """
-    fds, shm, children = open_fds(), shm_entries(), child_pids()
-    yield
-    assert child_pids() <= children, "worker processes left running"
-    assert shm_entries() <= shm, "shared memory left in /dev/shm"
-    leaked = {}
-    for fd in open_fds() - fds:
-        try:
-            leaked[fd] = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own descriptor, gone by now
-            continue
-    assert not leaked, f"descriptors left open: {leaked}"
-    errors = capfd.readouterr().err
-    assert "Traceback" not in errors, errors
 
 
 async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:

@@ -1,0 +1,145 @@
+"""A sub-env that raises, or whose result cannot travel, reaches the caller as a typed error
+naming every failed sub-env, keeping the original exception and the remote traceback; the
+healthy sub-envs' results ride along on the error."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec.testing import Fault, FaultLedger, InjectedFault
+from tests.faults.envs import BACKENDS, faulty, one_per_worker
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_step_error_names_every_failed_env_and_keeps_the_rest(
+    backend: str, no_leaks: None
+) -> None:
+    faults = {1: [Fault("raise", "step", at=2)], 3: [Fault("raise", "step", at=2)]}
+    async with aiovec.AsyncVectorEnv(faulty(4, faults=faults), backend=backend) as envs:
+        await envs.reset(seed=0)
+        for action in (1.0, 2.0):
+            await envs.step(np.full(4, action))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.full(4, 3.0))
+        group = caught.value
+        assert isinstance(group, InjectedFault)  # the original type, for plain `except`
+        assert group.env_indices == (1, 3) and group.operation == "step"
+        for error, env_index in zip(group.exceptions, (1, 3)):
+            assert isinstance(error, aiovec.SubEnvError)
+            assert (error.env_index, error.phase) == (env_index, "step")
+            assert isinstance(error.__cause__, InjectedFault)
+            assert "in _strike" in error.remote_traceback
+            assert "InjectedFault: sub-env" in error.remote_traceback
+        # The healthy sub-envs stepped; their results are on the error, nothing is dropped.
+        obs, rewards, terminations, truncations, _ = group.partial_result
+        assert obs[:, 0].tolist() == [3, 2, 3, 2] and obs[:, 1].tolist() == [3, 2, 3, 2]
+        assert rewards.tolist() == [3, 0, 3, 0]
+        assert not terminations.any() and not truncations.any()
+        assert envs.unusable_envs == (1, 3)
+        with pytest.raises(aiovec.ResetNeededError, match=r"sub-env\(s\) 1, 3 need a reset"):
+            await envs.step(np.full(4, 4.0))
+        await envs.reset(options={"reset_mask": np.array([False, True, False, True])})
+        obs, *_ = await envs.step(np.full(4, 4.0))
+        assert obs[:, 0].tolist() == [4, 1, 4, 1]
+        assert envs.statistics().errors == 2
+
+
+async def test_except_star_picks_the_sub_env_errors() -> None:
+    faults = {0: [Fault("raise", "reset")]}
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend="inline") as envs:
+        caught = []
+        try:
+            await envs.reset()
+        except aiovec.SubEnvErrorGroup as group:  # `except*` is tested on 3.11+ elsewhere
+            matched, rest = group.split(aiovec.SubEnvError)
+            caught = list(matched.exceptions) if matched else []
+            assert rest is None
+        assert [error.phase for error in caught] == ["reset"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("phase", ["init", "reset", "close"])
+async def test_errors_in_every_phase(backend: str, phase: str, no_leaks: None) -> None:
+    faults = {1: [Fault("raise", phase)]}
+    envs = aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend)
+    expected_phase = "make" if phase == "init" else phase
+    with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+        await envs.reset(seed=1)
+        await envs.aclose()
+    assert caught.value.env_indices == (1,)
+    assert caught.value.exceptions[0].phase == expected_phase  # type: ignore[attr-defined]
+    assert isinstance(caught.value, InjectedFault)
+    await envs.aclose()  # idempotent, whatever happened before
+    assert envs.closed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_unpicklable_info(backend: str, no_leaks: None) -> None:
+    faults = {0: [Fault("unpicklable_info", "step")]}
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
+        await envs.reset()
+        if backend == "process":  # it must cross a process boundary: a clear error
+            with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+                await envs.step(np.ones(2))
+            assert isinstance(caught.value, aiovec.SerializationError)
+            error = caught.value.exceptions[0]
+            assert "could not be pickled" in str(error) and "'handle': <unlocked" in str(error)
+            assert "Traceback" in error.remote_traceback  # type: ignore[attr-defined]
+        else:  # in-process backends never pickle: the info is delivered as is
+            *_, infos = await envs.step(np.ones(2))
+            assert infos["_handle"].tolist() == [True, False]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_unpicklable_observation_needs_no_pickling(backend: str, no_leaks: None) -> None:
+    faults = {0: [Fault("unpicklable_obs", "step")]}
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
+        await envs.reset()
+        obs, *_ = await envs.step(np.ones(2))  # copied into the batch (shared memory): fine
+        assert obs[:, 0].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize(("kind", "exit_status", "description"),
+                         [("exit", 3, "exit code 3"),
+                          ("kill", -signal.SIGKILL, "killed by SIGKILL")])
+async def test_worker_that_dies_mid_step(kind: str, exit_status: int, description: str,
+                                         ledger: FaultLedger, no_leaks: None) -> None:
+    faults = {2: [Fault(kind, "step", at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(4, ledger, faults), backend="process",
+                                     **one_per_worker("process", 4)) as envs:
+        await envs.reset()
+        await envs.step(np.ones(4))
+        with pytest.raises(aiovec.WorkerDiedError) as caught:
+            await envs.step(np.ones(4))
+        assert caught.value.env_indices == (2,)  # type: ignore[attr-defined]
+        cause = caught.value.exceptions[0].__cause__  # type: ignore[attr-defined]
+        assert isinstance(cause, aiovec.WorkerDiedError) and cause.exitcode == exit_status
+        assert description in str(cause)
+        assert ledger.events(2)[-1] == f"fault {kind} step"
+        obs = caught.value.partial_result[0]  # type: ignore[attr-defined]
+        assert obs[:, 0].tolist() == [2, 2, 1, 2]
+        # reset starts a new worker for sub-env 2 and makes it afresh
+        obs, _ = await envs.reset(options={"reset_mask": np.array([False, False, True, False])})
+        assert obs[2, 3] == 1  # instance 1 of sub-env 2
+        assert "4/4 workers alive" in repr(envs)
+        obs, *_ = await envs.step(np.ones(4))
+        assert obs[:, 0].tolist() == [3, 3, 1, 3]
+        assert envs.statistics().restarts == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_call_errors_keep_the_healthy_results(backend: str, no_leaks: None) -> None:
+    faults = {0: [Fault("unpicklable_obs", "close")], 1: [Fault("raise", "close")]}
+    async with aiovec.AsyncVectorEnv(faulty(3, faults=faults), backend=backend) as envs:
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.call("_strike", "close")  # returns the fault kind due, if any
+        assert isinstance(caught.value, InjectedFault)
+        assert caught.value.env_indices == (1,) and caught.value.operation == "call"
+        assert caught.value.partial_result == ("unpicklable_obs", None, None)
+        assert envs.unusable_envs == (0, 1, 2)  # never reset; a failed call changes nothing

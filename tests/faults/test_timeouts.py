@@ -1,0 +1,102 @@
+"""Deadlines: a hung sub-env raises ``EnvTimeoutError`` on time, its worker is killed or its
+thread abandoned, nothing it still owes reaches a later call, and ``reset`` recovers it."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec.testing import Fault, FaultLedger
+from tests.faults.envs import DEADLINE_BACKENDS, faulty, one_per_worker
+from tests.leaks import wait_for_exit
+
+pytestmark = pytest.mark.anyio
+
+DEADLINE = 0.5
+#: Generous: these machines are shared and noisy. The README quotes measured lateness.
+MARGIN = 3.0
+
+
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+async def test_hung_step_times_out_and_reset_recovers(
+    backend: str, ledger: FaultLedger, no_leaks: None
+) -> None:
+    faults = {1: [Fault("hang", "step", at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(3, ledger, faults), backend=backend,
+                                     timeout=DEADLINE, **one_per_worker(backend, 3)) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.full(3, 1.0))
+        started = time.monotonic()
+        with pytest.raises(aiovec.EnvTimeoutError) as caught:
+            await envs.step(np.full(3, 2.0))
+        elapsed = time.monotonic() - started
+        assert DEADLINE <= elapsed < DEADLINE + MARGIN
+        assert caught.value.env_indices == (1,) and isinstance(caught.value, TimeoutError)
+        obs = caught.value.partial_result[0]
+        assert obs[:, 0].tolist() == [2, 1, 2]  # the healthy sub-envs' step is kept
+        assert envs.unusable_envs == (1,)
+        statistics = envs.statistics()
+        assert statistics.timeouts == 1
+        assert statistics.abandoned_threads == (1 if backend == "thread" else 0)
+        if backend == "process":
+            assert "2/3 workers alive" in repr(envs)
+        with pytest.raises(aiovec.ResetNeededError):
+            await envs.step(np.full(3, 3.0))
+        obs, _ = await envs.reset(options={"reset_mask": np.array([False, True, False])})
+        assert obs[1].tolist()[::3] == [0.0, 1.0]  # a fresh instance (1) of sub-env 1
+        obs, *_ = await envs.step(np.full(3, 3.0))
+        assert obs[:, :2].tolist() == [[3, 3], [1, 3], [3, 3]]  # nothing stale
+        assert ledger.events(1).count("fault hang step") == 1
+
+
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+async def test_caller_deadline_is_honoured(backend: str, ledger: FaultLedger,
+                                           no_leaks: None) -> None:
+    faults = {1: [Fault("hang", "step", instance=0)]}
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend,
+                                     **one_per_worker(backend, 2)) as envs:
+        await envs.reset()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError) as caught:
+            with anyio.fail_after(DEADLINE):
+                await envs.step(np.ones(2))
+        assert not isinstance(caught.value, aiovec.EnvTimeoutError)  # the caller's own
+        assert time.monotonic() - started < DEADLINE + MARGIN
+        assert envs.unusable_envs == (0, 1)
+        # Sub-env 1 is still hung: a reset with a deadline discards it, the next remakes it.
+        with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+            await envs.reset(timeout=DEADLINE)
+        assert timed_out.value.env_indices == (1,)
+        obs, _ = await envs.reset()
+        assert obs[:, 3].tolist() == [0, 1]
+        obs, *_ = await envs.step(np.full(2, 5.0))
+        assert obs[:, :2].tolist() == [[1, 5], [1, 5]]
+
+
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+async def test_hung_factory_fails_the_start_in_time(backend: str, no_leaks: None) -> None:
+    faults = {0: [Fault("hang", "init")]}
+    envs = aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend,
+                                 **one_per_worker(backend, 2))
+    started = time.monotonic()
+    with pytest.raises(aiovec.EnvTimeoutError) as caught:
+        await envs.start(timeout=DEADLINE)
+    assert time.monotonic() - started < DEADLINE + MARGIN + 5  # includes closing the rest
+    assert caught.value.env_indices == (0,) and caught.value.operation == "start"
+    assert envs.closed
+
+
+async def test_killed_worker_is_really_gone(ledger: FaultLedger, no_leaks: None) -> None:
+    faults = {0: [Fault("hang", "step", instance=0)]}
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend="process",
+                                     num_workers=2, timeout=DEADLINE) as envs:
+        await envs.reset()
+        pids = [worker.process.pid for worker in envs._backend._workers]  # type: ignore[attr-defined]
+        with pytest.raises(aiovec.EnvTimeoutError):
+            await envs.step(np.ones(2))
+        assert wait_for_exit([pids[0]], 5.0) == []
+        assert wait_for_exit([pids[1]], 0.0) == [pids[1]]
