@@ -300,7 +300,8 @@ class AsyncVectorEnv:
         await self.aclose()
 
     def __del__(self) -> None:
-        if getattr(self, "_state", _State.CLOSED) is not _State.CLOSED:
+        # Never started: nothing to release, nothing to warn about.
+        if getattr(self, "_state", _State.CLOSED) not in (_State.CLOSED, _State.CREATED):
             self._state = _State.CLOSED
             self._backend.close_nowait()
             warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",

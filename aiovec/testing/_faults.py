@@ -71,9 +71,9 @@ class FaultLedger:
     """What ``FaultyEnv`` instances did, one append-only file per ``env_id`` in ``directory``.
 
     Each event is one line written with a single ``O_APPEND`` write, so records survive the
-    process that wrote them being killed a moment later. Events: ``make``, ``reset``,
-    ``step``, ``close`` (each when it completed) and ``fault <kind> <phase>`` (before the
-    fault strikes).
+    process that wrote them being killed a moment later. Events: ``new`` (an instance is being
+    made), ``make``, ``reset``, ``step``, ``close`` (each when it completed) and
+    ``fault <kind> <phase>`` (before the fault strikes).
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -183,7 +183,8 @@ class FaultyEnv(gym.Env[np.ndarray, np.ndarray]):
         self.hang_seconds = hang_seconds
         self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float64)
         self.action_space = spaces.Box(-1e9, 1e9, (), np.float64)
-        self.instance = 0 if self.ledger is None else self.ledger.count(env_id, "make")
+        self.instance = 0 if self.ledger is None else self.ledger.count(env_id, "new")
+        self._record("new")
         self._fault_rng = np.random.default_rng(
             [fault_seed, env_id, self.instance, zlib.crc32(b"aiovec-faults")])
         self._calls = dict.fromkeys(PHASES, 0)
