@@ -69,9 +69,12 @@ async def test_errors_in_every_phase(backend: str, phase: str, no_leaks: None) -
     faults = {1: [Fault("raise", phase)]}
     envs = aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend)
     expected_phase = "make" if phase == "init" else phase
-    with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+    async def reset_then_close() -> None:  # the phase decides which of the two raises
         await envs.reset(seed=1)
         await envs.aclose()
+
+    with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+        await reset_then_close()
     assert caught.value.env_indices == (1,)
     assert caught.value.exceptions[0].phase == expected_phase  # type: ignore[attr-defined]
     assert isinstance(caught.value, InjectedFault)
