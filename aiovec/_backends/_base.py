@@ -57,6 +57,13 @@ class Pending(abc.ABC):
     async def wait(self) -> None:
         """Return once every addressed sub-env has replied (cancellable)."""
 
+    def abort(self) -> None:
+        """Wake the task waiting on this request now (the vector env is closing).
+
+        Backends whose closing fails every outstanding request anyway need do nothing.
+        """
+        return
+
     def failures(self) -> list[Failure]:
         """The replies that are failures, in sub-env order."""
         return [reply for reply in self.replies if type(reply) is Failure]

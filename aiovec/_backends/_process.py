@@ -580,6 +580,8 @@ class ProcessBackend(Backend):
             if self.loop is not None and not self.loop.is_closed():
                 with contextlib.suppress(Exception):
                     self.loop.remove_reader(worker.sock.fileno())
+        for worker in self._workers:  # SIGKILLed processes exit at once: reap, leave no zombie
+            worker.process.wait_blocking(_EXIT_TIMEOUT)
         self._release()
 
     def describe(self) -> str:

@@ -57,6 +57,9 @@ class _ThreadPending(Pending):
     async def wait(self) -> None:
         await self._done.wait()
 
+    def abort(self) -> None:
+        self._done.set()
+
 
 def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job]) -> None:
     """A sub-env thread's whole life: serve requests until asked to close."""

@@ -275,6 +275,8 @@ class AsyncVectorEnv:
             return
         self._final_latency = self._latency_summaries()
         self._state = _State.CLOSED
+        if self._in_flight is not None and self._in_flight.pending is not None:
+            self._in_flight.pending.abort()  # its task wakes up to a ClosedError
         self._in_flight = None
         self._drop_buffers()
         with anyio.CancelScope(shield=True):
@@ -299,11 +301,20 @@ class AsyncVectorEnv:
     ) -> None:
         await self.aclose()
 
+    def close_nowait(self) -> None:
+        """Tear down without an event loop: kill worker processes, tell threads to close.
+
+        For when no loop can run ``aclose`` (interpreter shutdown, ``__del__``); sub-envs'
+        ``close`` may not run and its errors are not reported. Prefer ``aclose``.
+        """
+        if self._state is not _State.CLOSED:
+            self._state = _State.CLOSED
+            self._backend.close_nowait()
+
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
         if getattr(self, "_state", _State.CLOSED) not in (_State.CLOSED, _State.CREATED):
-            self._state = _State.CLOSED
-            self._backend.close_nowait()
+            self.close_nowait()
             warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",
                           ResourceWarning, stacklevel=1)
 

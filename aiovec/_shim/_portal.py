@@ -64,6 +64,11 @@ class LoopThread:
         finally:
             loop.close()
 
+    @property
+    def alive(self) -> bool:
+        """False once the loop thread has stopped (``stop``, or interpreter shutdown)."""
+        return self._thread.is_alive()
+
     def run(
         self, async_fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
     ) -> T:

@@ -215,6 +215,9 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         ``terminate=True`` skips waiting for a pending call; either way closing is bounded
         by the ``close_timeout`` given at construction.
         """
+        if not self._loop.alive:  # the interpreter is shutting down: no loop to close on
+            self._env.close_nowait()
+            return
         try:
             if self._waiting is not _Waiting.NOTHING:
                 gym.logger.warn(f"Calling `close` while waiting for a pending call to "
