@@ -696,7 +696,7 @@ class AsyncVectorEnv:
             self._truncations[env_index] = True
             extra: dict[str, Any] = {"restart": reason}
             if reply is not None:  # same-step mode: the sub-env was reset too
-                info = reply[-2]
+                info, self._np_random_seeds[env_index] = reply[-2:]
                 if not self._in_place:
                     self._env_obs[env_index] = reply[0]
                 extra = {"final_obs": previous.get(env_index), "final_info": {}, **extra}
