@@ -46,7 +46,7 @@ from aiovec._backends._shared_memory import (
 )
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
-from aiovec._exceptions import WorkerDiedError
+from aiovec._exceptions import ClosedError, WorkerDiedError
 
 __all__ = ["ProcessBackend"]
 
@@ -219,6 +219,7 @@ class ProcessBackend(Backend):
         self._inits: list[bytes] = []
         self._worker_of: list[int] = [0] * self.num_envs
         self._attach_frame = b""
+        self._closing = False
 
     # ------------------------------------------------------------------ start-up
 
@@ -258,8 +259,12 @@ class ProcessBackend(Backend):
         """Start worker ``index`` for the sub-envs ``hosted`` (blocking, briefly)."""
         assert self._lifeline is not None
         parent_end, child_end = socket.socketpair()
-        with child_end:
-            child = start_child(self.start_method, child_end, self._lifeline[0])
+        try:
+            with child_end:
+                child = start_child(self.start_method, child_end, self._lifeline[0])
+        except BaseException:
+            parent_end.close()
+            raise
         worker = _Worker(index, hosted, child, parent_end)
         if send_init:
             try:
@@ -365,14 +370,33 @@ class ProcessBackend(Backend):
         return Remade(remade, sorted(failures, key=lambda failure: failure.env_index))
 
     async def _respawn(self, old: _Worker, failures: list[Failure]) -> None:
-        """Replace a dead worker by a new one hosting the same sub-envs, made afresh."""
-        old.process.signal(signal.SIGKILL)
-        await old.process.wait(_EXIT_TIMEOUT)
-        self._retire(old)
-        if self.start_method == "fork":
-            worker = self._spawn(old.index, old.env_indices)
-        else:
-            worker = await anyio.to_thread.run_sync(self._spawn, old.index, old.env_indices)
+        """Replace a dead worker by a new one hosting the same sub-envs, made afresh.
+
+        A failure to start it (or the vector env closing meanwhile) fails its sub-envs.
+        """
+        try:
+            old.process.signal(signal.SIGKILL)
+            await old.process.wait(_EXIT_TIMEOUT)
+            self._retire(old)
+            if self._closed_meanwhile():
+                raise ClosedError("the vector env was closed during a restart")
+            if self.start_method == "fork":
+                worker = self._spawn(old.index, old.env_indices)
+            else:
+                worker = await anyio.to_thread.run_sync(self._spawn, old.index,
+                                                        old.env_indices)
+            if self._closed_meanwhile():  # closed while it started: aclose never saw it
+                worker.process.signal(signal.SIGKILL)
+                worker.process.wait_blocking(_EXIT_TIMEOUT)
+                worker.alive = False
+                worker.sock.close()
+                worker.process.close()
+                raise ClosedError("the vector env was closed during a restart")
+        except Exception as error:
+            failures += [Failure(env_index, "make", error,
+                                 f"worker process {old.index} could not be restarted: {error!r}",
+                                 "") for env_index in old.env_indices]
+            return
         self._workers[old.index] = worker
         try:
             hello = _ProcessPending(self, Op.MAKE, worker.env_indices, 0)
@@ -387,6 +411,10 @@ class ProcessBackend(Backend):
             worker.process.signal(signal.SIGKILL)
             self.lost(worker)
             raise
+
+    def _closed_meanwhile(self) -> bool:
+        """True once ``aclose`` began (a method: the answer changes across awaits)."""
+        return self._closing
 
     def _retire(self, worker: _Worker) -> None:
         """Release a dead worker's socket and process handle."""
@@ -524,6 +552,7 @@ class ProcessBackend(Backend):
     # ------------------------------------------------------------------ shutdown
 
     async def aclose(self, timeout: float) -> Pending | None:
+        self._closing = True
         if not self._workers:
             return None
         with anyio.CancelScope(shield=True):

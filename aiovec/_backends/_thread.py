@@ -22,6 +22,7 @@ from aiovec._backends._base import NO_REPLY, Backend, Pending, Remade
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._slot import EnvSlot, Failure, Op
 from aiovec._core._statistics import LatencyLog
+from aiovec._exceptions import ClosedError
 
 __all__ = ["ThreadBackend"]
 
@@ -102,6 +103,7 @@ class ThreadBackend(Backend):
         self._queues = [queue.SimpleQueue() for _ in range(self.num_envs)]
         self._threads = [None] * self.num_envs
         self._abandoned: list[threading.Thread] = []
+        self._closing = False
         for env_index in range(self.num_envs):
             self._start_thread(env_index)
         return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
@@ -120,7 +122,7 @@ class ThreadBackend(Backend):
         pending = _ThreadPending(op, env_indices, self._wake)
         queues, threads = self._queues, self._threads
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
-            if threads[env_index] is None:  # abandoned, not remade yet
+            if threads[env_index] is None or self._closing:  # abandoned, or closed
                 pending.deliver(position, _lost(env_index, op))
             else:
                 queues[env_index].put((op, payload, pending, position))
@@ -142,6 +144,8 @@ class ThreadBackend(Backend):
             self._queues[env_index] = queue.SimpleQueue()
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
+        if self._closing:
+            raise ClosedError("the vector env was closed during a restart")
         lingering = self.abandoned_threads()
         refused: list[Failure] = []
         for env_index in env_indices:
@@ -166,9 +170,10 @@ class ThreadBackend(Backend):
         return len(self._abandoned)
 
     async def aclose(self, timeout: float) -> Pending | None:
-        if not hasattr(self, "_threads"):
+        if not hasattr(self, "_threads") or self._closing:
             return None
         pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
+        self._closing = True  # from now on, nothing is queued for threads that have exited
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(timeout):
                 await pending.wait()
@@ -196,11 +201,12 @@ class ThreadBackend(Backend):
 
 
 def _lost(env_index: int, op: Op) -> Any:
-    """The reply of a sub-env that has no thread (abandoned, not remade yet)."""
+    """The reply of a sub-env that has no thread (abandoned and not remade yet, or closed)."""
     if op is Op.CLOSE:  # nothing left to close: the abandoned thread closes its env itself
         return None
     return Failure(env_index, op.value, None,
-                   "the sub-env was abandoned after missing a deadline; reset it", "")
+                   "the sub-env has no thread (abandoned after missing a deadline, or closed)",
+                   "")
 
 
 def _join_all(threads: Sequence[threading.Thread], timeout: float) -> None:

@@ -227,9 +227,10 @@ class AsyncVectorEnv:
             buffers = await self._backend.attach(self._spaces)
         except BaseException:
             self._in_flight = None
-            self._state = _State.CLOSED
-            with anyio.CancelScope(shield=True):
-                await self._backend.aclose(self.close_timeout)
+            if self._state is not _State.CLOSED:  # else another task's aclose closed it all
+                self._state = _State.CLOSED
+                with anyio.CancelScope(shield=True):
+                    await self._backend.aclose(self.close_timeout)
             raise
         self._in_flight = None
         self._metadata = dict(descriptions[0].metadata)
@@ -545,8 +546,9 @@ class AsyncVectorEnv:
             restarted = None
             if broken and self._restart_policy is not None:
                 payloads = dict(zip(indices, in_flight.payloads))
-                restarted = await self._restart(
-                    broken, {index: payloads[index] for index in broken})
+                restarted = await self._restart_or_abandon(
+                    in_flight, broken, {index: payloads[index] for index in broken})
+                self._check_open("reset")
                 if restarted is not None:
                     for env_index, (reply, _reason) in restarted.items():
                         replies[indices.index(env_index)] = reply
@@ -616,8 +618,9 @@ class AsyncVectorEnv:
             if broken and self._restart_policy is not None:
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
                 previous = {index: self._observation_row(index) for index in broken}
-                restarted = await self._restart(
-                    broken, dict.fromkeys(broken, (None, None)) if same_step else None)
+                restarted = await self._restart_or_abandon(
+                    in_flight, broken, {} if same_step else None, previous)
+                self._check_open("step")
             infos = self._assemble_step(replies, broken)
             if restarted is not None:
                 self._apply_restarts(restarted, previous, infos)
@@ -760,6 +763,9 @@ class AsyncVectorEnv:
         if in_flight.late:
             self._counters.timeouts += len(in_flight.late)
             self._backend.discard(in_flight.late)
+            if self._state is _State.RUNNING:  # whatever the call, lost sub-envs need a reset
+                self._reset_needed[self._backend.lost_envs()] = True
+                self._ready_to_step = False
             for env_index in in_flight.late:
                 broken[env_index] = f"{in_flight.operation} timed out after {deadline:g} s"
         in_flight.failed = [reply for reply in replies if type(reply) is Failure
@@ -793,6 +799,7 @@ class AsyncVectorEnv:
             self._reset_needed[in_flight.remake] = True
             self._ready_to_step = False
             raise EnvTimeoutError("make", in_flight.remake, deadline)
+        self._check_open("reset")
         self._note_remade(remade)
         for failure in remade.failures:
             in_flight.early[failure.env_index] = failure
@@ -851,11 +858,17 @@ class AsyncVectorEnv:
         raise error
 
     async def _restart(
-        self, broken: dict[int, str], reset_payloads: dict[int, Any] | None
+        self, broken: dict[int, str], reset_payloads: dict[int, Any] | None,
+        previous: dict[int, Any] | None = None,
     ) -> dict[int, tuple[Any, str]] | None:
         """Recreate the broken sub-envs under the restart policy (and reset them, with
         ``reset_payloads``) → ``{env_index: (reset reply or None, why)}``, or ``None`` when a
-        sub-env is out of restarts (the caller then raises as without a policy)."""
+        sub-env is out of restarts (the caller then raises as without a policy).
+
+        In a step (``previous`` given), sub-envs remade only because they share a worker with
+        a broken one are restarted too (their observation is saved in ``previous`` first); in
+        a reset they are left needing a reset (``unusable_envs``).
+        """
         policy = self._restart_policy
         assert policy is not None
         reasons = dict(broken)
@@ -873,13 +886,22 @@ class AsyncVectorEnv:
                 await anyio.sleep(delay)
             self._counters.restarts += len(envs)
             failed: dict[int, str] = {}
-            made: list[int] = []
             with anyio.move_on_after(policy.make_timeout) as scope:
+                self._check_open("restart")
                 remade = await self._backend.remake(envs)
+                self._check_open("restart")
                 self._note_remade(remade)
                 for failure in remade.failures:
                     failed[failure.env_index] = failure.description
                 made = [index for index in envs if index not in failed]
+                if previous is not None:
+                    for index in remade.env_indices:
+                        if index not in reasons and index not in restarted:
+                            previous[index] = self._observation_row(index)
+                            reasons[index] = (f"restarted with sub-env(s) {envs} "
+                                              "(same worker process)")
+                            self._counters.restarts += 1
+                            made.append(index)
                 if reset_payloads is None:
                     restarted.update((index, (None, reasons[index])) for index in made)
                 elif made:
@@ -887,13 +909,15 @@ class AsyncVectorEnv:
                         Op.RESET, made, [reset_payloads.get(index, (None, None))
                                          for index in made])
                     await pending.wait()
+                    self._check_open("restart")
                     for index, reply in zip(made, pending.replies):
                         if type(reply) is Failure:
                             failed[index] = reply.description
                         else:
                             restarted[index] = (reply, reasons[index])
             if scope.cancelled_caught:
-                late = [index for index in envs if index not in restarted and index not in failed]
+                late = [index for index in reasons
+                        if index not in restarted and index not in failed]
                 self._backend.discard(late)
                 self._counters.timeouts += len(late)
                 failed.update((index, "restart timed out") for index in late)
@@ -903,6 +927,25 @@ class AsyncVectorEnv:
             reasons = {index: reasons[index] for index in failed}
         self._reset_needed[list(restarted)] = self.autoreset_mode is AutoresetMode.DISABLED
         return restarted
+
+    async def _restart_or_abandon(
+        self, in_flight: _InFlight, broken: dict[int, str], reset_payloads: dict[int, Any] | None,
+        previous: dict[int, Any] | None = None,
+    ) -> dict[int, tuple[Any, str]] | None:
+        """``_restart``; if the caller is cancelled meanwhile, the call's sub-envs need a reset
+        (the healthy ones moved unseen, the broken ones may be half made)."""
+        try:
+            return await self._restart(broken, reset_payloads, previous)
+        except BaseException:
+            self._abandon(in_flight)
+            if self._state is _State.RUNNING:
+                self._reset_needed[list(broken)] = True
+            raise
+
+    def _check_open(self, operation: str) -> None:
+        """After an await: another task may have closed the vector env meanwhile."""
+        if self._state is _State.CLOSED:
+            raise ClosedError(f"the vector env was closed during {operation}")
 
     def _count_restart(self, env_index: int) -> int:
         """Count one restart of ``env_index`` → how many it has had in a row, no step between."""

@@ -129,3 +129,21 @@ async def test_restart_counts_per_env_and_backoff_is_validated(backend: str) -> 
     assert [policy.delay(attempt) for attempt in (1, 2, 3, 4)] == [0, 0.5, 1.0, 1.5]
     assert aiovec.AsyncVectorEnv(faulty(1), backend=backend, restart=3).restart_policy == \
         aiovec.RestartPolicy(max_restarts=3)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+async def test_sub_envs_sharing_a_dead_worker_restart_together(
+    mode: str, ledger: FaultLedger, no_leaks: None
+) -> None:
+    faults = {1: [Fault("kill", "step", at=1, instance=0)]}
+    async with aiovec.AsyncVectorEnv(faulty(4, ledger, faults), backend="process",
+                                     num_workers=2, restart=FAST, autoreset_mode=mode) as envs:
+        await envs.reset()
+        await envs.step(np.ones(4))
+        obs, _, _, truncations, infos = await envs.step(np.full(4, 2.0))
+        assert truncations.tolist() == [True, True, False, False]
+        assert "died" in infos["restart"][1] and "died" in infos["restart"][0]
+        assert envs.unusable_envs == ()
+        obs, *_ = await envs.step(np.full(4, 3.0))
+        assert obs[:, 3].tolist() == [1, 1, 0, 0]  # both made afresh, stepping on
+        assert envs.statistics().restarts == 2

@@ -100,3 +100,18 @@ async def test_killed_worker_is_really_gone(ledger: FaultLedger, no_leaks: None)
             await envs.step(np.ones(2))
         assert wait_for_exit([pids[0]], 5.0) == []
         assert wait_for_exit([pids[1]], 0.0) == [pids[1]]
+
+
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+async def test_timed_out_call_leaves_its_sub_env_unusable(backend: str,
+                                                          no_leaks: None) -> None:
+    faults = {0: [Fault("hang", "close", instance=0)]}
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend,
+                                     timeout=DEADLINE, **one_per_worker(backend, 2)) as envs:
+        await envs.reset()
+        with pytest.raises(aiovec.EnvTimeoutError) as caught:
+            await envs.call("close")  # sub-env 0 hangs in its close
+        assert caught.value.env_indices == (0,) and caught.value.partial_result == (None, None)
+        assert envs.unusable_envs == (0,)
+        await envs.reset()
+        assert envs.unusable_envs == ()
