@@ -109,10 +109,11 @@ class _InFlight:
         self.failed: list[Failure] = []
 
     def replies(self) -> list[Any]:
-        """One reply per sub-env of ``env_indices`` (``NO_REPLY`` where none came)."""
+        """One reply per sub-env of ``env_indices`` (``NO_REPLY`` where none came); a copy
+        once a deadline passed, since late replies may still land in the original."""
         pending = self.pending
         if pending is not None and not self.early:
-            return list(pending.replies)
+            return list(pending.replies) if self.late else pending.replies
         answered = {} if pending is None else dict(zip(pending.env_indices, pending.replies))
         return [self.early.get(index, answered.get(index, NO_REPLY))
                 for index in self.env_indices]
@@ -746,11 +747,12 @@ class AsyncVectorEnv:
         deadline = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
         in_flight.deadline = deadline
         try:
+            assert in_flight.pending is not None
             if deadline is None:  # no cancel scope of our own: the caller's still apply
-                await self._progress(in_flight)
+                await in_flight.pending.wait()
             else:
                 with anyio.move_on_after(deadline) as scope:
-                    await self._progress(in_flight)
+                    await in_flight.pending.wait()
                 if scope.cancelled_caught:
                     in_flight.late = in_flight.unanswered()
         except BaseException:  # cancelled by the caller (or interrupted)
@@ -774,10 +776,6 @@ class AsyncVectorEnv:
             broken[failure.env_index] = failure.description
         self._counters.errors += len(in_flight.failed)
         return replies, broken
-
-    async def _progress(self, in_flight: _InFlight) -> None:
-        assert in_flight.pending is not None
-        await in_flight.pending.wait()
 
     async def _remake_lost(self, in_flight: _InFlight) -> None:
         """Make a reset's lost sub-envs afresh, then send the reset.
