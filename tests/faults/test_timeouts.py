@@ -3,6 +3,8 @@ thread abandoned, nothing it still owes reaches a later call, and ``reset`` reco
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 
 import anyio
@@ -115,3 +117,24 @@ async def test_timed_out_call_leaves_its_sub_env_unusable(backend: str,
         assert envs.unusable_envs == (0,)
         await envs.reset()
         assert envs.unusable_envs == ()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is new in 3.11")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+async def test_asyncio_timeout_is_honoured(backend: str, ledger: FaultLedger,
+                                            no_leaks: None) -> None:
+    faults = {0: [Fault("hang", "step", instance=0)]}
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend,
+                                     **one_per_worker(backend, 2)) as envs:
+        await envs.reset()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(DEADLINE):  # type: ignore[attr-defined,unused-ignore]
+                await envs.step(np.ones(2))
+        assert time.monotonic() - started < DEADLINE + MARGIN
+        assert envs.unusable_envs == (0, 1)
+        with pytest.raises(aiovec.EnvTimeoutError):  # sub-env 0 is still hung: discarded now
+            await envs.reset(timeout=DEADLINE)
+        obs, _ = await envs.reset()
+        assert obs[:, 3].tolist() == [1, 0]
