@@ -75,11 +75,6 @@ class LatencyLog:
         """The recorder a sub-env's host calls around each step."""
         return StepTimer(self, env_index)
 
-    def record(self, env_index: int, seconds: float) -> None:
-        count = self._counts[env_index]
-        self._durations[env_index * RING_SIZE + count % RING_SIZE] = seconds
-        self._counts[env_index] = count + 1
-
     def summary(self, env_index: int) -> LatencySummary:
         count = int(self.counts[env_index])
         if not count:
@@ -110,7 +105,7 @@ class StepTimer:
         self._offset = env_index * RING_SIZE
 
     def __call__(self, started: float) -> None:
-        # LatencyLog.record, inlined: this runs once per sub-env step.
+        # Written here, not through a LatencyLog method: this runs once per sub-env step.
         seconds = time.perf_counter() - started
         log, env_index = self.log, self.env_index
         count = log._counts[env_index]

@@ -845,11 +845,7 @@ class AsyncVectorEnv:
                 late = SubEnvError(env_index, operation, broken[env_index])
                 late.__cause__ = EnvTimeoutError(operation, [env_index], in_flight.deadline)
                 errors.append(late)
-            for failure in in_flight.failed:
-                failed = SubEnvError(failure.env_index, failure.phase, failure.description,
-                                     failure.traceback)
-                failed.__cause__ = failure.exception
-                errors.append(failed)
+            errors += [_sub_env_error(failure) for failure in in_flight.failed]
             errors.sort(key=lambda sub_error: sub_error.env_index)
             error = SubEnvErrorGroup.from_errors(operation, errors)
         error.partial_result = partial_result
@@ -964,11 +960,12 @@ class AsyncVectorEnv:
         return replies
 
 
+def _sub_env_error(failure: Failure) -> SubEnvError:
+    """The ``SubEnvError`` for a failure reply, its original exception as ``__cause__``."""
+    error = SubEnvError(failure.env_index, failure.phase, failure.description, failure.traceback)
+    error.__cause__ = failure.exception
+    return error
+
+
 def _error_group(operation: str, failures: Sequence[Failure]) -> SubEnvErrorGroup:
-    errors = []
-    for failure in failures:
-        error = SubEnvError(failure.env_index, failure.phase, failure.description,
-                            failure.traceback)
-        error.__cause__ = failure.exception
-        errors.append(error)
-    return SubEnvErrorGroup.from_errors(operation, errors)
+    return SubEnvErrorGroup.from_errors(operation, [_sub_env_error(f) for f in failures])

@@ -68,15 +68,21 @@ async def test_caller_deadline_is_honoured(backend: str, ledger: FaultLedger,
                 await envs.step(np.ones(2))
         assert not isinstance(caught.value, aiovec.EnvTimeoutError)  # the caller's own
         assert time.monotonic() - started < DEADLINE + MARGIN
-        assert envs.unusable_envs == (0, 1)
-        # Sub-env 1 is still hung: a reset with a deadline discards it, the next remakes it.
-        with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
-            await envs.reset(timeout=DEADLINE)
-        assert timed_out.value.env_indices == (1,)
-        obs, _ = await envs.reset()
-        assert obs[:, 3].tolist() == [0, 1]
-        obs, *_ = await envs.step(np.full(2, 5.0))
-        assert obs[:, :2].tolist() == [[1, 5], [1, 5]]
+        await recover_after_caller_deadline(envs, hung=1)
+
+
+async def recover_after_caller_deadline(envs: aiovec.AsyncVectorEnv, hung: int) -> None:
+    """After the caller's deadline cut a step short, while sub-env ``hung`` is still hung:
+    every sub-env waits for a reset; a reset with a deadline discards the hung one, the next
+    remakes it, and stepping goes on with nothing stale."""
+    assert envs.unusable_envs == (0, 1)
+    with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+        await envs.reset(timeout=DEADLINE)
+    assert timed_out.value.env_indices == (hung,)
+    obs, _ = await envs.reset()
+    assert obs[:, 3].tolist() == [int(index == hung) for index in range(2)]
+    obs, *_ = await envs.step(np.full(2, 5.0))
+    assert obs[:, :2].tolist() == [[1, 5], [1, 5]]
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
@@ -133,8 +139,4 @@ async def test_asyncio_timeout_is_honoured(backend: str, ledger: FaultLedger,
             async with asyncio.timeout(DEADLINE):  # type: ignore[attr-defined,unused-ignore]
                 await envs.step(np.ones(2))
         assert time.monotonic() - started < DEADLINE + MARGIN
-        assert envs.unusable_envs == (0, 1)
-        with pytest.raises(aiovec.EnvTimeoutError):  # sub-env 0 is still hung: discarded now
-            await envs.reset(timeout=DEADLINE)
-        obs, _ = await envs.reset()
-        assert obs[:, 3].tolist() == [1, 0]
+        await recover_after_caller_deadline(envs, hung=0)
