@@ -4,6 +4,8 @@
 ``gymnasium.vector.VectorEnv``); ``make_vec`` / ``make_async_vec`` build them from an env id.
 """
 
+from aiovec._core._async_env import AsyncEnv as AsyncEnv
+from aiovec._core._first_ready import StepBatch as StepBatch
 from aiovec._core._restart import RestartPolicy as RestartPolicy
 from aiovec._core._statistics import LatencySummary as LatencySummary
 from aiovec._core._statistics import Statistics as Statistics
@@ -26,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "AiovecError",
+    "AsyncEnv",
     "AsyncVectorEnv",
     "BusyError",
     "ClosedError",
@@ -36,6 +39,7 @@ __all__ = (
     "RestartPolicy",
     "SerializationError",
     "Statistics",
+    "StepBatch",
     "SubEnvError",
     "SubEnvErrorGroup",
     "VectorEnv",

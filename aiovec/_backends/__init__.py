@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from aiovec._core._async_env import makes_async_envs
 
 if TYPE_CHECKING:
     from aiovec._backends._base import Backend
@@ -17,11 +20,17 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "inline": ("aiovec._backends._inline", "InlineBackend", None),
     "thread": ("aiovec._backends._thread", "ThreadBackend", None),
     "process": ("aiovec._backends._process", "ProcessBackend", None),
+    "async": ("aiovec._backends._coroutine", "CoroutineBackend", None),
 }
 
 BACKEND_NAMES = ("auto", *_REGISTRY)
 
-#: Keyword options only the process backend understands.
+#: Keyword options only some backends understand, and which.
+BACKEND_OPTIONS = {
+    "num_workers": ("process",),
+    "start_method": ("process",),
+    "max_concurrency": ("async", "thread", "inline"),
+}
 PROCESS_OPTIONS = ("num_workers", "start_method")
 
 
@@ -30,27 +39,37 @@ def _processes_available() -> bool:
         {"forkserver", "spawn"} & set(multiprocessing.get_all_start_methods()))
 
 
-def resolve_backend_name(name: str, num_envs: int, options: dict[str, Any]) -> str:
+def resolve_backend_name(name: str, env_fns: Sequence[Any], options: dict[str, Any]) -> str:
     """Pick the concrete backend for ``name``; the rule for ``"auto"`` is in the README.
 
-    ``"auto"``: ``"process"`` when process options were given, or when there are at least two
-    sub-envs, at least two usable CPUs, and the platform can start workers; else ``"thread"``.
+    ``"auto"``: ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"process"``
+    when process options were given, or when there are at least two sub-envs, at least two
+    usable CPUs, and the platform can start workers; else ``"thread"``.
     """
     if name == "auto":
-        if any(options.get(key) is not None for key in PROCESS_OPTIONS):
-            return "process"
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover - not on Linux
-            cpus = os.cpu_count() or 1
-        return "process" if num_envs >= 2 and cpus >= 2 and _processes_available() else "thread"
+        name = _auto_backend(env_fns, options)
     if name not in _REGISTRY:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
-    if name != "process":
-        given = [key for key in PROCESS_OPTIONS if options.get(key) is not None]
-        if given:
-            raise ValueError(f"{', '.join(given)} apply to the process backend, not {name!r}")
+    for key, backends in BACKEND_OPTIONS.items():
+        if options.get(key) is not None and name not in backends:
+            raise ValueError(f"{key} applies to the {' and '.join(backends)} backend(s), "
+                             f"not {name!r}")
     return name
+
+
+def _auto_backend(env_fns: Sequence[Any], options: dict[str, Any]) -> str:
+    if makes_async_envs(env_fns[0]):
+        return "async"
+    if any(options.get(key) is not None for key in PROCESS_OPTIONS):
+        return "process"
+    if options.get("max_concurrency") is not None:
+        return "thread"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    processes = len(env_fns) >= 2 and cpus >= 2 and _processes_available()
+    return "process" if processes else "thread"
 
 
 def load_backend(name: str) -> type[Backend]:

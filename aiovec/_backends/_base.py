@@ -13,19 +13,26 @@ late reply can never be taken for the answer to a newer request.
 from __future__ import annotations
 
 import abc
+import collections
+import contextlib
+import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import anyio
+import anyio.lowlevel
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._loop_wakeup import ThreadsafeCaller
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import LatencyLog
 
-__all__ = ["NO_REPLY", "Backend", "BatchBuffers", "Pending", "Remade"]
+__all__ = ["NO_REPLY", "Arrivals", "Backend", "BatchBuffers", "Pending", "Remade"]
 
 
 class _NoReply:
@@ -40,18 +47,78 @@ class _NoReply:
 NO_REPLY: Any = _NoReply()
 
 
-class Pending(abc.ABC):
-    """Replies to one request, one per addressed sub-env, in the order of ``env_indices``."""
+class Arrivals:
+    """Where first-ready requests announce each reply as it lands, so that ``recv`` wakes
+    once, when enough have landed, however many requests and threads deliver them."""
 
-    __slots__ = ("env_indices", "op", "replies")
+    __slots__ = ("_event", "_lock", "_target", "_wake", "landed")
+
+    def __init__(self, wake: ThreadsafeCaller | None = None) -> None:
+        #: ``(request, position)`` of every reply landed and not yet taken, in landing order.
+        self.landed: collections.deque[tuple[Pending, int]] = collections.deque()
+        self._lock = threading.Lock()
+        self._target = math.inf
+        self._event: anyio.Event | None = None
+        self._wake = wake
+
+    def land(self, pending: Pending, position: int) -> None:
+        """A reply landed (called in the event loop's thread)."""
+        self.landed.append((pending, position))
+        if len(self.landed) >= self._target and self._event is not None:
+            self._event.set()
+
+    def land_from_thread(self, pending: Pending, position: int) -> None:
+        """A reply landed (called in any other thread): wakes the loop only when enough have."""
+        with self._lock:
+            self.landed.append((pending, position))
+            event = self._event if len(self.landed) >= self._target else None
+            if event is not None:
+                self._event, self._target = None, math.inf
+        if event is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                self._wake(event.set)
+
+    async def wait(self, count: int) -> None:
+        """Return once at least ``count`` replies are waiting in ``landed`` (cancellable)."""
+        with self._lock:
+            if len(self.landed) >= count:
+                event = None
+            else:
+                event = self._event = anyio.Event()
+                self._target = count
+        if event is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        try:
+            await event.wait()
+        finally:
+            with self._lock:
+                if self._event is event:
+                    self._event, self._target = None, math.inf
+
+    def wake(self) -> None:
+        """Wake the waiting ``recv`` now (the vector env is closing)."""
+        if self._event is not None:
+            self._event.set()
+
+
+class Pending(abc.ABC):
+    """Replies to one request, one per addressed sub-env, in the order of ``env_indices``.
+
+    A first-ready request (``arrivals`` set) also announces each reply there as it lands.
+    """
+
+    __slots__ = ("arrivals", "env_indices", "op", "replies")
 
     #: False while the request provably reached no sub-env (so cancelling it changed nothing).
     started: bool = True
 
-    def __init__(self, op: Op, env_indices: Sequence[int]) -> None:
+    def __init__(self, op: Op, env_indices: Sequence[int],
+                 arrivals: Arrivals | None = None) -> None:
         self.op = op
         self.env_indices = tuple(env_indices)
         self.replies: list[Any] = [NO_REPLY] * len(self.env_indices)
+        self.arrivals = arrivals
 
     @abc.abstractmethod
     async def wait(self) -> None:
@@ -133,8 +200,22 @@ class Backend(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
-        """Send ``op`` to each sub-env in ``env_indices`` with its payload; never blocks."""
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
+               arrivals: Arrivals | None = None) -> Pending:
+        """Send ``op`` to each sub-env in ``env_indices`` with its payload; never blocks.
+
+        ``payloads`` is one per sub-env, or for ``Op.STEP`` on a backend that
+        ``takes_action_batches``, the checked batch of their actions (in ``env_indices``
+        order). With ``arrivals``, every reply is also announced there as it lands.
+        """
+
+    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
+        """Return once ``count`` replies of first-ready requests have landed (cancellable).
+
+        Backends whose replies need the waiting task to do the work (read sockets, run the
+        sub-envs) override this.
+        """
+        await arrivals.wait(count)
 
     def lost_envs(self) -> list[int]:
         """Sub-envs whose host is gone (dead worker, abandoned thread): only ``remake`` helps."""

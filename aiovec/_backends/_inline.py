@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 import anyio.lowlevel
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Backend, Pending, Remade
+from aiovec._backends._base import Arrivals, Backend, Pending, Remade
 from aiovec._core._slot import EnvSlot, Op
 from aiovec._core._statistics import LatencyLog
 
@@ -26,8 +27,8 @@ class _InlinePending(Pending):
     __slots__ = ("_payloads", "_slots", "started")
 
     def __init__(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
-                 slots: list[EnvSlot]) -> None:
-        super().__init__(op, env_indices)
+                 slots: list[EnvSlot], arrivals: Arrivals | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
         self._payloads = payloads
         self._slots = slots
         self.started = False
@@ -35,10 +36,18 @@ class _InlinePending(Pending):
     async def wait(self) -> None:
         # The one cancellation point: a request cancelled here never touched a sub-env.
         await anyio.lowlevel.checkpoint()
+        self.run()
+
+    def run(self) -> None:
+        """Serve the request now, if it has not been served yet."""
+        if self.started:
+            return
         self.started = True
-        slots, op, replies = self._slots, self.op, self.replies
+        slots, op, replies, arrivals = self._slots, self.op, self.replies, self.arrivals
         for position, (env_index, payload) in enumerate(zip(self.env_indices, self._payloads)):
             replies[position] = slots[env_index].run(op, payload)
+            if arrivals is not None:
+                arrivals.land(self, position)
         self._payloads = ()
 
 
@@ -48,9 +57,19 @@ class InlineBackend(Backend):
     name: ClassVar[str] = "inline"
     in_process: ClassVar[bool] = True
 
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
+                 max_concurrency: int | None = None) -> None:
+        # One sub-env at a time whatever ``max_concurrency`` says: accepted, so switching a
+        # vector env to "inline" for debugging needs no other change.
+        super().__init__(env_fns, autoreset_mode)
+        self.max_concurrency = max_concurrency
+
     _slots: list[EnvSlot]
+    #: First-ready requests not served yet: they run when ``recv`` waits for them.
+    _unserved: list[_InlinePending]
 
     async def start(self) -> Pending:
+        self._unserved = []
         self.latencies = LatencyLog.allocate(self.num_envs)
         self._slots = [EnvSlot(index, self.autoreset_mode, self.latencies.timer(index))
                        for index in range(self.num_envs)]
@@ -62,8 +81,19 @@ class InlineBackend(Backend):
         await pending.wait()
         return Remade(list(env_indices), pending.failures())
 
-    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
-        return _InlinePending(op, env_indices, payloads, self._slots)
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
+               arrivals: Arrivals | None = None) -> Pending:
+        pending = _InlinePending(op, env_indices, payloads, self._slots, arrivals)
+        if arrivals is not None:
+            self._unserved.append(pending)
+        return pending
+
+    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
+        # Everything sent runs now, in order: each reply lands as its sub-env finishes.
+        await anyio.lowlevel.checkpoint()
+        unserved, self._unserved = self._unserved, []
+        for pending in unserved:
+            pending.run()
 
     async def aclose(self, timeout: float) -> Pending | None:
         slots = getattr(self, "_slots", None)

@@ -33,7 +33,7 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
 from aiovec._backends._shared_memory import (
@@ -97,18 +97,24 @@ class _ProcessPending(Pending):
     __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
 
     def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
-                 sequence: int) -> None:
-        super().__init__(op, env_indices)
+                 sequence: int, arrivals: Arrivals | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
         self._backend = backend
         self.sequence = sequence
         self._owing: set[_Worker] = set()
         self._dead: list[_Worker] = []
+        # None: every sub-env, in order (position = env index), the common case.
         self._position: dict[int, int] | None = (
-            None if len(self.env_indices) == backend.num_envs
+            None if self.env_indices == backend.every_env
             else {env_index: position for position, env_index in enumerate(self.env_indices)})
         self._future: asyncio.Future[None] | None = None
         if backend.loop is not None:
             self._future = backend.loop.create_future()
+
+    @property
+    def every_env(self) -> bool:
+        """True when the request addresses every sub-env, in order."""
+        return self._position is None
 
     def position(self, env_index: int) -> int:
         return env_index if self._position is None else self._position[env_index]
@@ -130,7 +136,15 @@ class _ProcessPending(Pending):
                 self.replies[self.position(env_index)] = Failure(
                     env_index, self.op.value, error,
                     f"the reply of worker {worker.index} could not be decoded: {error!r}", "")
+        if self.arrivals is not None:
+            self._land(worker)
         self._answered(worker)
+
+    def _land(self, worker: _Worker) -> None:
+        arrivals = self.arrivals
+        assert arrivals is not None
+        for env_index in self.hosted_by(worker):
+            arrivals.land(self, self.position(env_index))
 
     def hosted_by(self, worker: _Worker) -> list[int]:
         """The sub-envs of this request that ``worker`` hosts."""
@@ -141,36 +155,47 @@ class _ProcessPending(Pending):
     def _store(self, worker: _Worker, payload: bytes) -> None:
         replies = self.replies
         if self.op is Op.STEP:
-            hosted = worker.env_indices
+            if self._position is None:
+                hosted = worker.env_indices
+                if self._backend.buffers is not None:
+                    replies[hosted.start:hosted.stop] = [None] * len(hosted)
+                for env_index, entry in pickle.loads(payload) if payload else ():
+                    replies[env_index] = entry
+                return
             if self._backend.buffers is not None:
-                replies[hosted.start:hosted.stop] = [None] * len(hosted)
+                for env_index in self.hosted_by(worker):
+                    replies[self._position[env_index]] = None
             for env_index, entry in pickle.loads(payload) if payload else ():
-                replies[env_index] = entry
+                replies[self._position[env_index]] = entry
             return
         values = pickle.loads(payload) if payload else []
         for env_index, value in zip(self.hosted_by(worker), values):
             replies[self.position(env_index)] = value
 
     def worker_died(self, worker: _Worker) -> None:
-        """The worker will never answer; its sub-envs fail once its exit status is known."""
-        self._dead.append(worker)
+        """The worker will never answer; its sub-envs fail once its exit status is known.
+
+        A first-ready request cannot wait for that: its failures land at once, with the
+        exit status if it is known already.
+        """
+        if self.arrivals is not None:
+            self._fail_hosted(worker)
+            self._land(worker)
+        else:
+            self._dead.append(worker)
         self._answered(worker)
+
+    def _fail_hosted(self, worker: _Worker) -> None:
+        reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
+                                 worker.process.poll())
+        for env_index in self.hosted_by(worker):
+            self.replies[self.position(env_index)] = Failure(
+                env_index, self.op.value, reason, str(reason), "")
 
     async def _wait_for(self, worker: _Worker) -> None:
         await self._backend.flush(worker)
         while worker in self._owing:
-            if worker.reading is not None:  # another request's task reads this socket
-                await worker.reading.wait()
-                continue
-            worker.reading = anyio.Event()
-            try:
-                await anyio.wait_readable(worker.sock)
-                self._backend.receive(worker)  # delivers to whichever request each reply answers
-            except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
-                self._backend.lost(worker)
-            finally:
-                reading, worker.reading = worker.reading, None
-                reading.set()
+            await self._backend.read_when_ready(worker)
 
     async def wait(self) -> None:
         if not self._owing:  # answered already, or addressed to no live worker at all
@@ -183,11 +208,7 @@ class _ProcessPending(Pending):
                     group.start_soon(self._wait_for, worker)
         for worker in self._dead:
             await self._backend.reap(worker)
-            reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
-                                     worker.process.poll())
-            for env_index in self.hosted_by(worker):
-                self.replies[self.position(env_index)] = Failure(
-                    env_index, self.op.value, reason, str(reason), "")
+            self._fail_hosted(worker)
         self._dead.clear()
 
 
@@ -220,6 +241,7 @@ class ProcessBackend(Backend):
         self._worker_of: list[int] = [0] * self.num_envs
         self._attach_frame = b""
         self._closing = False
+        self.every_env = tuple(range(self.num_envs))
 
     # ------------------------------------------------------------------ start-up
 
@@ -426,13 +448,17 @@ class ProcessBackend(Backend):
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, op: Op, env_indices: Sequence[int], payloads: Any) -> Pending:
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
+               arrivals: Arrivals | None = None) -> Pending:
         sequence = next(self._sequence)
-        pending = _ProcessPending(self, op, env_indices, sequence)
+        pending = _ProcessPending(self, op, env_indices, sequence, arrivals)
         kind = _KIND_OF_OP[op]
         shared_payload = dumps(payloads[0]) if op is Op.CALL else b""
+        some = op is Op.STEP and not pending.every_env
+        if some:
+            kind = Kind.STEP_SOME
         for worker in self._workers:
-            requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE)
+            requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE) or some
                          else worker.env_indices)
             if not requested:
                 continue
@@ -440,7 +466,9 @@ class ProcessBackend(Backend):
                 if op is not Op.CLOSE:  # a dead worker has nothing left to close
                     pending.worker_died(worker)
                 continue
-            if op is Op.STEP:
+            if some:
+                payload = self._some_steps_payload(pending, requested, payloads)
+            elif op is Op.STEP:
                 payload = self._step_payload(worker, payloads)
             elif op is Op.RESET:
                 payload = dumps([(env_index, *payloads[pending.position(env_index)])
@@ -466,6 +494,18 @@ class ProcessBackend(Backend):
                 return b""
             return dumps([read_row(actions, env_index) for env_index in hosted])
         return dumps([actions[env_index] for env_index in hosted])
+
+    def _some_steps_payload(self, pending: _ProcessPending, requested: Sequence[int],
+                            actions: Any) -> bytes:
+        """A first-ready step of some of a worker's sub-envs: their rows of shared memory are
+        theirs alone until their results are received, so the actions go there directly."""
+        positions = [pending.position(env_index) for env_index in requested]
+        if not self.takes_action_batches:
+            return dumps((requested, [actions[position] for position in positions]))
+        if same_dtypes(self._action_views, actions):
+            write_rows(self._action_views, actions, requested, positions)
+            return dumps((requested, None))
+        return dumps((requested, [read_row(actions, position) for position in positions]))
 
     def _send(self, worker: _Worker, frame: bytes) -> None:
         if worker.unsent:
@@ -544,6 +584,46 @@ class ProcessBackend(Backend):
                 pending.deliver(worker, b"")  # a closing worker may go without a word
             else:
                 pending.worker_died(worker)
+
+    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
+        if self.loop is not None:  # readiness callbacks deliver the replies
+            await arrivals.wait(count)
+            return
+        # Without them (trio), this task reads the sockets of the workers that owe replies.
+        while len(arrivals.landed) < count:
+            busy = [worker for worker in self._workers if worker.alive and worker.outstanding]
+            if not busy:
+                await anyio.lowlevel.checkpoint()
+                return
+            async with anyio.create_task_group() as group:
+                for worker in busy:
+                    group.start_soon(self._read_until, worker, arrivals, count,
+                                     group.cancel_scope)
+
+    async def _read_until(self, worker: _Worker, arrivals: Arrivals, count: int,
+                          scope: anyio.CancelScope) -> None:
+        await self.flush(worker)
+        while worker.alive and worker.outstanding:
+            await self.read_when_ready(worker)
+            if len(arrivals.landed) >= count:
+                scope.cancel()
+                return
+
+    async def read_when_ready(self, worker: _Worker) -> None:
+        """Wait until the worker's socket is readable, then deliver what it sent (to whichever
+        request each reply answers); if another task is reading it, wait for that instead."""
+        if worker.reading is not None:
+            await worker.reading.wait()
+            return
+        worker.reading = anyio.Event()
+        try:
+            await anyio.wait_readable(worker.sock)
+            self.receive(worker)
+        except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
+            self.lost(worker)
+        finally:
+            reading, worker.reading = worker.reading, None
+            reading.set()
 
     async def reap(self, worker: _Worker) -> None:
         """Wait (bounded) for a dead worker's exit status."""

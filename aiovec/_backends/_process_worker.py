@@ -144,14 +144,18 @@ class _Worker:
                 replies.append((info, seed))
         return replies
 
-    def step(self, actions: list[Any] | None) -> list[tuple[int, Any]]:
-        """Step every hosted sub-env; returns what the parent must hear about, by env index."""
+    def step(self, actions: list[Any] | None,
+             env_indices: list[int] | None = None) -> list[tuple[int, Any]]:
+        """Step every hosted sub-env (or those in ``env_indices``); returns what the parent
+        must hear about, by env index."""
         views = self.views
         assert views is not None
         read_action, write_obs = self.read_action, self.write_obs
         rewards, terminations, truncations = views.rewards, views.terminations, views.truncations
         extras: list[tuple[int, Any]] = []
-        for offset, slot in enumerate(self.slots):
+        slots = (self.slots if env_indices is None
+                 else [self.slots[env_index - self.first_env] for env_index in env_indices])
+        for offset, slot in enumerate(slots):
             env_index = slot.env_index
             action = actions[offset] if actions is not None else read_action(env_index)
             outcome = slot.run(Op.STEP, action)
@@ -271,8 +275,12 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
         if spin:
             _poll_briefly(sock, spin)
         kind, sequence, payload = recv_frame(sock)
-        if kind is Kind.STEP:
-            extras = worker.step(pickle.loads(payload) if payload else None)
+        if kind is Kind.STEP or kind is Kind.STEP_SOME:
+            if kind is Kind.STEP:
+                extras = worker.step(pickle.loads(payload) if payload else None)
+            else:
+                env_indices, actions = pickle.loads(payload)
+                extras = worker.step(actions, env_indices)
             try:
                 frame = encode(Kind.REPLY, sequence, dumps(extras) if extras else b"")
             except Exception:

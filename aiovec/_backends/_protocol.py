@@ -33,6 +33,7 @@ class Kind(enum.IntEnum):
     CLOSE = 7
     REPLY = 8
     MAKE = 9  # make some hosted sub-envs afresh (a restart); payload: their env indices
+    STEP_SOME = 10  # step some hosted sub-envs (first-ready); payload: their indices, actions
 
 
 def encode(kind: Kind, sequence: int, payload: bytes = b"") -> bytes:

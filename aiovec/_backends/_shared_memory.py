@@ -207,13 +207,14 @@ def same_dtypes(views: Any, batch: Any) -> bool:
     return bool(views.dtype == batch.dtype)
 
 
-def write_rows(views: Any, batch: Any, rows: slice) -> None:
-    """Copy rows ``rows`` of a validated batch (same tree shape) into the views."""
+def write_rows(views: Any, batch: Any, rows: Any, source_rows: Any = None) -> None:
+    """Copy a validated batch (same tree shape) into rows ``rows`` of the views: its rows
+    ``source_rows``, or the same rows (a slice or an index array)."""
     if isinstance(views, dict):
         for key, child in views.items():
-            write_rows(child, batch[key], rows)
+            write_rows(child, batch[key], rows, source_rows)
     elif isinstance(views, tuple):
         for child, part in zip(views, batch):
-            write_rows(child, part, rows)
+            write_rows(child, part, rows, source_rows)
     else:
-        views[rows] = batch[rows]
+        views[rows] = batch[rows if source_rows is None else source_rows]

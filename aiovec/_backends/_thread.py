@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 import anyio
 import anyio.to_thread
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import NO_REPLY, Backend, Pending, Remade
+from aiovec._backends._base import NO_REPLY, Arrivals, Backend, Pending, Remade
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._slot import EnvSlot, Failure, Op
 from aiovec._core._statistics import LatencyLog
@@ -35,8 +36,9 @@ class _ThreadPending(Pending):
 
     __slots__ = ("_done", "_lock", "_remaining", "_wake")
 
-    def __init__(self, op: Op, env_indices: Sequence[int], wake: ThreadsafeCaller) -> None:
-        super().__init__(op, env_indices)
+    def __init__(self, op: Op, env_indices: Sequence[int], wake: ThreadsafeCaller,
+                 arrivals: Arrivals | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
         self._remaining = len(self.env_indices)
         self._lock = threading.Lock()
         self._done = anyio.Event()
@@ -47,6 +49,9 @@ class _ThreadPending(Pending):
     def deliver(self, position: int, reply: Any) -> None:
         """Store one sub-env's reply (called from that sub-env's thread)."""
         self.replies[position] = reply
+        if self.arrivals is not None:  # first-ready: recv counts the replies itself
+            self.arrivals.land_from_thread(self, position)
+            return
         with self._lock:
             self._remaining -= 1
             last = self._remaining == 0
@@ -62,12 +67,21 @@ class _ThreadPending(Pending):
         self._done.set()
 
 
-def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job]) -> None:
-    """A sub-env thread's whole life: serve requests until asked to close."""
+def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job],
+           limiter: threading.Semaphore | None) -> None:
+    """A sub-env thread's whole life: serve requests until asked to close.
+
+    With a ``limiter`` (``max_concurrency``), a request runs only while holding one of its
+    permits, so at most that many sub-envs work at once.
+    """
     while True:
         op, payload, pending, position = jobs.get()
         try:
-            reply = slot.run(op, payload)
+            if limiter is None:
+                reply = slot.run(op, payload)
+            else:
+                with limiter:
+                    reply = slot.run(op, payload)
         except BaseException as exc:  # SystemExit/KeyboardInterrupt raised by the env itself
             reply = Failure.capture(slot.env_index, op.value, exc)
         if pending is not None:
@@ -90,6 +104,12 @@ class ThreadBackend(Backend):
 
     name: ClassVar[str] = "thread"
     in_process: ClassVar[bool] = True
+
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
+                 max_concurrency: int | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode)
+        self.max_concurrency = max_concurrency
+        self._limiter = None if max_concurrency is None else threading.Semaphore(max_concurrency)
 
     _slots: list[EnvSlot]
     _queues: list[queue.SimpleQueue[_Job]]
@@ -114,12 +134,14 @@ class ThreadBackend(Backend):
 
     def _start_thread(self, env_index: int) -> None:
         thread = threading.Thread(target=_serve, daemon=True, name=f"aiovec-env-{env_index}",
-                                  args=(self._slots[env_index], self._queues[env_index]))
+                                  args=(self._slots[env_index], self._queues[env_index],
+                                        self._limiter))
         self._threads[env_index] = thread
         thread.start()
 
-    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> Pending:
-        pending = _ThreadPending(op, env_indices, self._wake)
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
+               arrivals: Arrivals | None = None) -> Pending:
+        pending = _ThreadPending(op, env_indices, self._wake, arrivals)
         queues, threads = self._queues, self._threads
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if threads[env_index] is None or self._closing:  # abandoned, or closed

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["copy_observations"]
+__all__ = ["copy_observations", "take_rows"]
 
 
 def copy_observations(observations: Any) -> Any:
@@ -23,3 +23,12 @@ def copy_observations(observations: Any) -> Any:
     if type(observations) is tuple:
         return tuple(copy_observations(value) for value in observations)
     return copy.deepcopy(observations)
+
+
+def take_rows(observations: Any, rows: np.ndarray[Any, np.dtype[np.intp]]) -> Any:
+    """A new batch of the given rows of a batched observation (a tree of arrays)."""
+    if isinstance(observations, np.ndarray):
+        return observations[rows]
+    if isinstance(observations, dict):
+        return {key: take_rows(value, rows) for key, value in observations.items()}
+    return tuple(take_rows(value, rows) for value in observations)

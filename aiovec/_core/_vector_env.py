@@ -7,7 +7,7 @@ import enum
 import logging
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NoReturn
@@ -20,11 +20,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from aiovec._backends import load_backend, resolve_backend_name
-from aiovec._backends._base import NO_REPLY, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._base import NO_REPLY, Arrivals, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._loop_wakeup import threadsafe_caller
 from aiovec._backends._shared_memory import read_row
 from aiovec._core._actions import ActionChecker
+from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._infos import merge_info
-from aiovec._core._observations import copy_observations
+from aiovec._core._observations import copy_observations, take_rows
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
 from aiovec._core._slot import EnvDescription, Failure, Op
@@ -123,6 +125,16 @@ class _InFlight:
                 if reply is NO_REPLY]
 
 
+def _check_count(value: int | None, what: str, maximum: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} must be a positive int or None, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be at most num_envs={maximum}, got {value}")
+    return int(value)
+
+
 def _check_timeout(timeout: float | None, what: str) -> float | None:
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
@@ -141,7 +153,12 @@ class AsyncVectorEnv:
     - ``"process"``: ``num_workers`` worker processes (default: one per usable CPU), each
       hosting a share of the sub-envs, results in shared memory; ``start_method`` defaults to
       ``"forkserver"`` (safe when the parent has threads);
+    - ``"async"``: coroutine sub-envs (``aiovec.AsyncEnv``) as tasks on the event loop itself;
     - ``"auto"`` (default): picks one for you (see the README).
+
+    ``max_concurrency`` (async and thread backends) caps how many sub-envs work at once.
+    ``send``/``recv`` step sub-envs on their own and return the first ``batch_size`` to
+    finish (``async for batch in envs.batches()`` too).
 
     ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
     each call also takes ``timeout=``, and honours the caller's own cancel scopes.
@@ -161,6 +178,8 @@ class AsyncVectorEnv:
         observation_mode: ObservationMode = "same",
         close_timeout: float = 10.0,
         restart: RestartPolicy | bool | int | None = None,
+        batch_size: int | None = None,
+        max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
     ) -> None:
@@ -183,8 +202,12 @@ class AsyncVectorEnv:
         self.close_timeout = _check_timeout(close_timeout, "close_timeout") or math.inf
         self.observation_mode = observation_mode
         self._restart_policy = RestartPolicy.coerce(restart)
-        options = {"num_workers": num_workers, "start_method": start_method}
-        self.backend_name = resolve_backend_name(backend, self.num_envs, options)
+        #: How many results ``recv`` returns by default (first-ready batches).
+        self.batch_size: int = (_check_count(batch_size, "batch_size", self.num_envs)
+                                or self.num_envs)
+        options = {"num_workers": num_workers, "start_method": start_method,
+                   "max_concurrency": _check_count(max_concurrency, "max_concurrency")}
+        self.backend_name = resolve_backend_name(backend, env_fns, options)
         if backend == "auto":
             logger.info("backend='auto' picked %r for %d sub-envs", self.backend_name,
                         self.num_envs)
@@ -203,6 +226,10 @@ class AsyncVectorEnv:
         self._consecutive_restarts = np.zeros(self.num_envs, dtype=np.int64)
         self._last_restart_at = np.full(self.num_envs, -2, dtype=np.int64)
         self._final_latency: tuple[LatencySummary, ...] | None = None
+        self._first_ready: FirstReady | None = None
+        #: Sub-envs restarted along with another one while not stepping: their next result
+        #: carries ``infos["restart"]``.
+        self._restart_notes: dict[int, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -234,6 +261,7 @@ class AsyncVectorEnv:
                     await self._backend.aclose(self.close_timeout)
             raise
         self._in_flight = None
+        self._first_ready = FirstReady(Arrivals(threadsafe_caller()))
         self._metadata = dict(descriptions[0].metadata)
         self._metadata["autoreset_mode"] = self.autoreset_mode
         self._render_mode = descriptions[0].render_mode
@@ -265,6 +293,7 @@ class AsyncVectorEnv:
         self._np_random_seeds: list[int | None] = [None] * n
         self._has_reset = False
         self._actions = ActionChecker(spaces.single_action_space, n)
+        self._checkers: dict[int, ActionChecker] = {}  # for first-ready batches of other sizes
         self._all_envs = range(n)
 
     async def aclose(self) -> None:
@@ -280,6 +309,8 @@ class AsyncVectorEnv:
         if self._in_flight is not None and self._in_flight.pending is not None:
             self._in_flight.pending.abort()  # its task wakes up to a ClosedError
         self._in_flight = None
+        if self._first_ready is not None:
+            self._first_ready.arrivals.wake()  # a waiting recv wakes up to a ClosedError
         self._drop_buffers()
         with anyio.CancelScope(shield=True):
             pending = await self._backend.aclose(self.close_timeout)
@@ -485,6 +516,229 @@ class AsyncVectorEnv:
         """Each sub-env's rendered frame."""
         return await self.call("render")
 
+    # ------------------------------------------------------------------ first-ready batches
+
+    def send(self, actions: Any, env_ids: Any = None, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Start stepping sub-envs ``env_ids`` (default: all) with ``actions``, one each, and
+        return at once; ``recv`` collects their results, first finished first.
+
+        ``actions`` is a batch for ``len(env_ids)`` sub-envs, checked like ``step``'s. Each
+        sub-env's ``timeout`` runs from now. A sub-env cannot be sent a second action before
+        its result was received (``BusyError``); a full ``step``/``reset`` waits until all
+        results are received.
+        """
+        self._check_not_closed("send")
+        first = self._first_ready
+        if self._state is not _State.RUNNING or first is None or not self._has_reset:
+            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
+        if self._in_flight is not None:
+            raise BusyError(f"cannot send: another task is still running "
+                            f"{self._in_flight.operation} on this vector env")
+        ids = self._env_ids(env_ids)
+        owed = first.owed(ids)
+        if owed:
+            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
+                            "result is waiting for recv()")
+        if self._reset_needed[ids].any():
+            needy = [env for env in ids if self._reset_needed[env]]
+            raise ResetNeededError(
+                f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
+                "failed, or done with autoreset disabled)")
+        batch = self._actions_for(len(ids)).check(actions)
+        payloads = (batch if self._backend.takes_action_batches
+                    else self._actions_for(len(ids)).split(batch))
+        seconds = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
+        pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
+        deadline = None if seconds is None else anyio.current_time() + seconds
+        first.sent(pending, deadline, seconds)
+
+    def _env_ids(self, env_ids: Any) -> list[int]:
+        if env_ids is None:
+            return list(self._all_envs)
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
+        listed: list[int] = ids.tolist()
+        if not listed:
+            raise ValueError("env_ids is empty: send at least one sub-env an action")
+        if min(listed) < 0 or max(listed) >= self.num_envs:
+            raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {listed}")
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"env_ids lists a sub-env twice: {listed}")
+        return listed
+
+    def _actions_for(self, count: int) -> ActionChecker:
+        if count == self.num_envs:
+            return self._actions
+        checker = self._checkers.get(count)
+        if checker is None:
+            checker = self._checkers[count] = ActionChecker(self.single_action_space, count)
+        return checker
+
+    async def recv(self, *, batch_size: int | None = None) -> StepBatch:
+        """The results of the first ``batch_size`` sub-envs to finish since ``send``
+        (default: the constructor's ``batch_size``; fewer if fewer were sent).
+
+        Cancelling ``recv`` loses nothing: results that land meanwhile wait for the next one.
+        A failed, timed-out or restarted sub-env is reported as ``step`` reports it, the
+        batch's healthy results on the error as ``partial_result``.
+        """
+        self._check_not_closed("recv")
+        first = self._first_ready
+        size = self.batch_size if batch_size is None else _check_count(
+            batch_size, "batch_size", self.num_envs)
+        if first is None or not first:
+            raise ResetNeededError("nothing to receive: send() actions first")
+        if first.receiving:
+            raise BusyError("cannot recv: another task is already receiving")
+        assert size is not None
+        first.receiving = True
+        try:
+            first.collect()
+            needed = min(size, len(first))
+            while len(first.ready) < needed:
+                await self._wait_for_results(first, needed - len(first.ready))
+                self._check_open("recv")
+                first.collect()
+                self._give_up_on_late(first)
+            return await self._receive(first, first.first(needed))
+        finally:
+            first.receiving = False
+
+    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[StepBatch]:
+        """``recv`` batches as they complete, until nothing sent is left to receive.
+
+        ``async for batch in envs.batches(): envs.send(policy(batch.observations),
+        batch.env_ids)`` keeps every sub-env busy; stop sending to end the loop.
+        """
+        while self._first_ready:
+            yield await self.recv(batch_size=batch_size)
+
+    async def _wait_for_results(self, first: FirstReady, count: int) -> None:
+        deadline = first.next_deadline()
+        if deadline == math.inf:
+            await self._backend.wait_arrivals(first.arrivals, count)
+            return
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            await self._backend.wait_arrivals(first.arrivals, count)
+
+    def _give_up_on_late(self, first: FirstReady) -> None:
+        """Sub-envs past their deadline: discarded by the backend, reported as timed out."""
+        late = first.expire(anyio.current_time())
+        if not late:
+            return
+        late_ids = [env_index for env_index, _ in late]
+        self._counters.timeouts += len(late)
+        self._backend.discard(late_ids)
+        self._reset_needed[self._backend.lost_envs()] = True
+        self._ready_to_step = False
+        first.collect()  # co-hosted sub-envs of a killed worker fail now
+        for env_index, seconds in late:
+            error = EnvTimeoutError("step", [env_index], seconds)
+            first.ready[env_index] = Failure(env_index, "step", error,
+                                             f"step timed out after {seconds:g} s", "")
+
+    async def _receive(self, first: FirstReady, env_ids: list[int]) -> StepBatch:
+        replies = [first.ready[env_index] for env_index in env_ids]
+        broken = {env_index: reply.description for env_index, reply in zip(env_ids, replies)
+                  if type(reply) is Failure}
+        self._counters.errors += len(broken)
+        restarted: dict[int, tuple[Any, str]] = {
+            env_index: tuple(reply) for env_index, reply in zip(env_ids, replies)
+            if type(reply) is Restarted}
+        previous: dict[int, Any] = {}
+        if broken and self._restart_policy is not None:
+            previous = {env_index: self._observation_row(env_index) for env_index in broken}
+            same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+            try:
+                outcome = await self._restart(broken, {} if same_step else None, previous)
+            except BaseException:  # the results stay waiting: the next recv retries
+                if self._state is _State.RUNNING:
+                    self._reset_needed[list(broken)] = True
+                raise
+            self._check_open("recv")
+            if outcome is not None:
+                self._settle_restart_extras(first, outcome, set(env_ids))
+                restarted.update((env_index, outcome[env_index]) for env_index in broken)
+                broken = {}
+        # No await from here on: the results leave `ready` only with the finished batch.
+        batch = self._assemble_batch(env_ids, replies, broken, restarted, previous)
+        first.forget(env_ids)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            done = batch.terminations | batch.truncations
+            self._reset_needed[batch.env_ids[done]] = True
+        if broken:
+            failures = [reply for reply in replies if type(reply) is Failure
+                        and reply.env_index in broken]
+            error: EnvTimeoutError | SubEnvErrorGroup
+            if all(type(failure.exception) is EnvTimeoutError for failure in failures):
+                error = EnvTimeoutError("step", sorted(broken), max(
+                    failure.exception.timeout or 0.0 for failure in failures
+                    if isinstance(failure.exception, EnvTimeoutError)))
+            else:
+                error = _error_group("step", failures)
+            error.partial_result = batch
+            raise error
+        return batch
+
+    def _settle_restart_extras(self, first: FirstReady, outcome: dict[int, tuple[Any, str]],
+                               batch_ids: set[int]) -> None:
+        """Sub-envs restarted along with this batch's (same worker) but not in it: a failed
+        result still waiting is replaced by the restart; otherwise their next result says so."""
+        first.collect()
+        for env_index, (reply, reason) in outcome.items():
+            if env_index in batch_ids:
+                continue
+            waiting = first.ready.get(env_index)
+            if type(waiting) is Failure:
+                first.ready[env_index] = Restarted(reply, reason)
+            else:
+                self._restart_notes[env_index] = reason
+
+    def _assemble_batch(self, env_ids: list[int], replies: list[Any], broken: dict[int, str],
+                        restarted: dict[int, tuple[Any, str]],
+                        previous: dict[int, Any]) -> StepBatch:
+        size = len(env_ids)
+        ids = np.array(env_ids, dtype=np.intp)
+        infos: dict[str, Any] = {}
+        rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
+        notes = self._restart_notes
+        for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
+            if env_index in restarted or env_index in broken:
+                continue
+            if self._in_place:
+                if reply is None:
+                    continue
+                info, final = reply
+            else:
+                obs, reward, terminated, truncated, info, final = reply
+                self._env_obs[env_index] = obs
+                rewards[env_index] = reward
+                terminations[env_index] = terminated
+                truncations[env_index] = truncated
+            if final is not None:
+                merge_info(infos, final, position, size)
+            if info:
+                merge_info(infos, info, position, size)
+            if notes and env_index in notes:
+                merge_info(infos, {"restart": notes.pop(env_index)}, position, size)
+        if broken:
+            failed = list(broken)
+            rewards[failed] = 0.0
+            terminations[failed] = False
+            truncations[failed] = False
+        if restarted:
+            positions = {env_index: position for position, env_index in enumerate(env_ids)}
+            self._apply_restarts(restarted, previous, infos, positions)
+        if self._in_place:
+            observations = take_rows(self._observations, ids)
+        else:
+            space = self.single_observation_space
+            buffer: Any = create_empty_array(space, size, np.zeros)
+            observations = concatenate(space, [self._env_obs[env] for env in env_ids], buffer)
+        return StepBatch(observations, rewards[ids], terminations[ids], truncations[ids],
+                         infos, ids)
+
     # ------------------------------------------------------------------ two-phase internals
     # ``_submit_*`` sends a request and claims the vector env; ``_finish_*`` collects it and
     # releases the claim, whatever happens. The sync shim calls them separately to offer
@@ -502,6 +756,17 @@ class AsyncVectorEnv:
                 f"cannot {operation}: another task is still running "
                 f"{self._in_flight.operation} on this vector env (one call at a time)"
             )
+        if operation in ("step", "reset") and self._first_ready:
+            first = self._first_ready
+            first.collect()
+            if first.in_flight:
+                raise BusyError(
+                    f"cannot {operation}: sub-env(s) {sorted(first.in_flight)} are stepping "
+                    "after send(); recv() their results first")
+            if operation == "step" and first.ready:
+                raise BusyError(
+                    f"cannot step: the results of sub-env(s) {sorted(first.ready)} are waiting "
+                    "for recv(); receive them (or reset those sub-envs) first")
 
     def _submit(
         self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any]
@@ -587,6 +852,10 @@ class AsyncVectorEnv:
             self._observations = concatenate(self.single_observation_space, env_obs,
                                              self._observations)
         done = [indices[position] for position in healthy]
+        if self._first_ready:  # results still waiting for recv belong to the old episodes
+            self._first_ready.forget(done)
+        for env_index in done:
+            self._restart_notes.pop(env_index, None)
         self._terminations[done] = False
         self._truncations[done] = False
         self._reset_needed[done] = False
@@ -690,11 +959,17 @@ class AsyncVectorEnv:
         return _copy.deepcopy(self._env_obs[env_index])
 
     def _apply_restarts(self, restarted: dict[int, tuple[Any, str]],
-                        previous: dict[int, Any], infos: dict[str, Any]) -> None:
+                        previous: dict[int, Any], infos: dict[str, Any],
+                        positions: dict[int, int] | None = None) -> None:
         """Restarted sub-envs: episode cut (``truncated``), reward 0, ``infos["restart"]``;
-        in same-step mode their new episode's first observation, the old one in ``final_obs``."""
-        n = self.num_envs
+        in same-step mode their new episode's first observation, the old one in ``final_obs``.
+
+        ``positions`` maps each to its row in a first-ready batch (else rows are env indices);
+        the full batch of observations is then left alone.
+        """
+        n = self.num_envs if positions is None else len(positions)
         for env_index, (reply, reason) in restarted.items():
+            row = env_index if positions is None else positions[env_index]
             self._rewards[env_index] = 0.0
             self._terminations[env_index] = False
             self._truncations[env_index] = True
@@ -704,9 +979,10 @@ class AsyncVectorEnv:
                 if not self._in_place:
                     self._env_obs[env_index] = reply[0]
                 extra = {"final_obs": previous.get(env_index), "final_info": {}, **extra}
-                merge_info(infos, info, env_index, n)
-            merge_info(infos, extra, env_index, n)
-        if not self._in_place and any(reply is not None for reply, _ in restarted.values()):
+                merge_info(infos, info, row, n)
+            merge_info(infos, extra, row, n)
+        if positions is None and not self._in_place and any(
+                reply is not None for reply, _ in restarted.values()):
             self._observations = concatenate(self.single_observation_space, self._env_obs,
                                              self._observations)
 

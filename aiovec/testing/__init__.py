@@ -4,9 +4,11 @@
 ending by termination and by truncation; infos of many types). ``CountingEnv`` counts what was
 done to it, so a test can prove a rejected call touched nothing. ``FaultyEnv`` fails on purpose
 (raises, hangs, exits, kills itself, returns unpicklable values) and ``FaultLedger`` records
-what it did across restarts, for fault-injection tests.
+what it did across restarts, for fault-injection tests. ``AsyncAdapter`` turns any of them
+(any env) into a coroutine env for the async backend.
 """
 
+from aiovec.testing._async import AsyncAdapter as AsyncAdapter
 from aiovec.testing._envs import SPACE_KINDS as SPACE_KINDS
 from aiovec.testing._envs import CountingEnv as CountingEnv
 from aiovec.testing._envs import EpisodeEnv as EpisodeEnv
@@ -20,6 +22,7 @@ from aiovec.testing._faults import release_hangs as release_hangs
 __all__ = (
     "FAULT_KINDS",
     "SPACE_KINDS",
+    "AsyncAdapter",
     "CountingEnv",
     "EpisodeEnv",
     "Fault",

@@ -215,16 +215,16 @@ async def test_cancelled_step_needs_a_reset_and_late_replies_are_dropped(
 
 
 def test_process_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="num_workers apply to the process backend"):
+    with pytest.raises(ValueError, match="num_workers applies to the process backend"):
         aiovec.AsyncVectorEnv([CountingEnv], backend="thread", num_workers=2)
     with pytest.raises(ValueError, match="num_workers must be between 1 and 2"):
         aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process", num_workers=3)
     with pytest.raises(ValueError, match="unknown start method 'teleport'"):
         aiovec.AsyncVectorEnv([CountingEnv], backend="process", start_method="teleport")
-    assert resolve_backend_name("auto", 4, {"num_workers": 2}) == "process"
+    assert resolve_backend_name("auto", [CountingEnv] * 4, {"num_workers": 2}) == "process"
     expected = "process" if len(os.sched_getaffinity(0)) >= 2 else "thread"
-    assert resolve_backend_name("auto", 4, {}) == expected
-    assert resolve_backend_name("auto", 1, {}) == "thread"
+    assert resolve_backend_name("auto", [CountingEnv] * 4, {}) == expected
+    assert resolve_backend_name("auto", [CountingEnv], {}) == "thread"
 
 
 def _exit_abruptly() -> CountingEnv:

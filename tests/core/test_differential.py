@@ -12,7 +12,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aiovec
-from aiovec.testing import SPACE_KINDS, EpisodeEnv
+from aiovec.testing import SPACE_KINDS, AsyncAdapter, EpisodeEnv
 from tests.helpers import assert_identical
 
 NUM_ENVS = 4
@@ -20,14 +20,18 @@ NUM_STEPS = 2000
 RESEED_AT = NUM_STEPS // 2
 
 ENV_KINDS = [*SPACE_KINDS, "cartpole"]
-BACKENDS = ["inline", "thread", "process"]
+BACKENDS = ["inline", "thread", "process", "async"]
 
 
-def env_factory(kind: str) -> Callable[[], gym.Env[Any, Any]]:
+def env_factory(kind: str, backend: str = "inline") -> Callable[[], Any]:
+    """The sub-env factory; on the async backend the same env behind ``AsyncAdapter``."""
     if kind == "cartpole":
         # Short episodes so both truncation (TimeLimit) and termination happen often.
-        return functools.partial(gym.make, "CartPole-v1", max_episode_steps=30)
-    return functools.partial(EpisodeEnv, kind)
+        factory: Callable[[], Any] = functools.partial(gym.make, "CartPole-v1",
+                                                       max_episode_steps=30)
+    else:
+        factory = functools.partial(EpisodeEnv, kind)
+    return functools.partial(AsyncAdapter, factory) if backend == "async" else factory
 
 
 Record = tuple[Any, ...]
@@ -110,7 +114,7 @@ async def test_async_rollouts_match_sync_vector_env(
     reference: Callable[[str, AutoresetMode, int], list[Record]],
 ) -> None:
     seed = 1234 + ENV_KINDS.index(kind)
-    factories = [env_factory(kind)] * NUM_ENVS
+    factories = [env_factory(kind, backend)] * NUM_ENVS
     async with aiovec.AsyncVectorEnv(factories, backend=backend, autoreset_mode=mode) as envs:
         actual = await rollout(envs.reset, envs.step, envs.action_space, mode, seed)
     check_rollout(actual, reference(kind, mode, seed))
@@ -124,7 +128,7 @@ def test_shim_rollouts_match_sync_vector_env(
     reference: Callable[[str, AutoresetMode, int], list[Record]],
 ) -> None:
     seed = 4321 + ENV_KINDS.index(kind)
-    factories = [env_factory(kind)] * NUM_ENVS
+    factories = [env_factory(kind, backend)] * NUM_ENVS
     shim = aiovec.VectorEnv(factories, autoreset_mode=mode, backend=backend)
     try:
         actual = run_without_loop(rollout(as_async(shim.reset), as_async(shim.step),

@@ -1,0 +1,352 @@
+"""The async backend: coroutine sub-envs (``AsyncEnv``) run as tasks on the event loop itself.
+
+No thread, no process: each request to a sub-env is a task on the caller's loop (a system task
+on trio, so requests run while nobody awaits them, as on the other backends). Requests to one
+sub-env run one after another, in order; ``max_concurrency`` caps how many sub-envs work at
+once, first come first served. A sub-env that misses a deadline has its task cancelled, so
+unlike a thread it really stops; it is made afresh by the next ``remake``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ClassVar, Protocol
+
+import anyio
+import anyio.lowlevel
+import sniffio
+from gymnasium.vector import AutoresetMode
+
+from aiovec._backends._base import Arrivals, Backend, Pending, Remade
+from aiovec._core._async_env import is_async_env
+from aiovec._core._slot import EnvDescription, Failure, Op
+from aiovec._core._statistics import LatencyLog
+from aiovec._exceptions import ClosedError
+
+__all__ = ["CoroutineBackend"]
+
+# (request, payload, where the reply goes or None to drop it, position in that request)
+_Job = tuple[Op, Any, "_AsyncPending | None", int]
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> Any: ...
+
+
+class _AsyncSlot:
+    """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
+
+    __slots__ = ("autoreset_mode", "busy", "discarded", "env", "env_index", "jobs",
+                 "needs_reset", "step_timer", "task")
+
+    def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
+                 step_timer: Callable[[float], None]) -> None:
+        self.env_index = env_index
+        self.autoreset_mode = autoreset_mode
+        self.env: Any = None
+        self.needs_reset = False
+        self.step_timer = step_timer
+        #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
+        self.jobs: collections.deque[_Job] = collections.deque()
+        self.busy = False
+        #: Given up on (deadline missed): its running request is cancelled, its env closed.
+        self.discarded = False
+        self.task: _Cancellable | None = None
+
+    async def run(self, op: Op, payload: Any) -> Any:
+        """Serve one request; a sub-env exception comes back as a ``Failure``."""
+        try:
+            if op is Op.STEP:
+                return await self._step(payload)
+            return await _HANDLERS[op](self, payload)
+        except Exception as exc:
+            return Failure.capture(self.env_index, op.value, exc)
+
+    async def _make(self, env_fn: Callable[[], Any]) -> EnvDescription:
+        await self._close(None)
+        env = env_fn()
+        if inspect.isawaitable(env):  # an async factory
+            env = await env
+        if not is_async_env(env):
+            raise TypeError(
+                f"the env factory returned {type(env).__name__}, whose step is not a coroutine "
+                "function: the async backend runs aiovec.AsyncEnv-style envs; use "
+                "backend='thread' or 'process' for plain gymnasium envs")
+        self.env = env
+        self.needs_reset = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        return EnvDescription(env.observation_space, env.action_space,
+                              dict(getattr(env, "metadata", {})),
+                              getattr(env, "render_mode", None))
+
+    def _live_env(self) -> Any:
+        if self.env is None:
+            raise RuntimeError(f"sub-env {self.env_index} is not running")
+        return self.env
+
+    async def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> Any:
+        seed, options = request
+        self.needs_reset = False
+        env = self._live_env()
+        obs, info = await env.reset(seed=seed, options=options)
+        return obs, info, getattr(env, "np_random_seed", None)
+
+    async def _step(self, action: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            env = self._live_env()
+            if self.needs_reset:
+                self.needs_reset = False
+                obs, info = await env.reset()
+                return obs, 0.0, False, False, info, None
+            obs, reward, terminated, truncated, info = await env.step(action)
+            if terminated or truncated:
+                if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                    self.needs_reset = True
+                elif self.autoreset_mode is AutoresetMode.SAME_STEP:
+                    final = {"final_obs": obs, "final_info": info}
+                    obs, info = await env.reset()
+                    return obs, reward, terminated, truncated, info, final
+            return obs, reward, terminated, truncated, info, None
+        finally:
+            self.step_timer(started)
+
+    async def _call(self, request: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+        name, args, kwargs = request
+        attribute = self._live_env().get_wrapper_attr(name)
+        if not callable(attribute):
+            return attribute
+        result = attribute(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    async def _set_attr(self, request: tuple[str, Any]) -> None:
+        name, value = request
+        self._live_env().set_wrapper_attr(name, value)
+
+    async def _close(self, _: None) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            result = env.close()
+            if inspect.isawaitable(result):
+                await result
+
+
+_HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {
+    Op.MAKE: _AsyncSlot._make,
+    Op.RESET: _AsyncSlot._reset,
+    Op.CALL: _AsyncSlot._call,
+    Op.SET_ATTR: _AsyncSlot._set_attr,
+    Op.CLOSE: _AsyncSlot._close,
+}
+
+
+class _AsyncPending(Pending):
+    """Replies delivered by the sub-envs' tasks; the last one wakes the awaiting task."""
+
+    __slots__ = ("_done", "_remaining")
+
+    def __init__(self, op: Op, env_indices: Sequence[int],
+                 arrivals: Arrivals | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
+        self._remaining = len(self.env_indices)
+        self._done: anyio.Event | None = None
+
+    def deliver(self, position: int, reply: Any) -> None:
+        self.replies[position] = reply
+        if self.arrivals is not None:
+            self.arrivals.land(self, position)
+        self._remaining -= 1
+        if not self._remaining and self._done is not None:
+            self._done.set()
+
+    async def wait(self) -> None:
+        if not self._remaining:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = anyio.Event()
+        await self._done.wait()
+
+    def abort(self) -> None:
+        self._remaining = 0
+        if self._done is not None:
+            self._done.set()
+
+
+Serve = Callable[[_AsyncSlot], Coroutine[Any, Any, None]]
+Spawner = Callable[[Serve, _AsyncSlot], None]
+
+
+def _task_spawner() -> Spawner:
+    """Starts a background task on the running loop, recording its handle on the slot."""
+    if sniffio.current_async_library() == "asyncio":
+        loop = asyncio.get_running_loop()
+
+        def spawn_asyncio(serve: Serve, slot: _AsyncSlot) -> None:
+            # The slot holds the task until its next request: no other reference is needed.
+            slot.task = loop.create_task(serve(slot))
+
+        return spawn_asyncio
+
+    import trio
+
+    async def in_scope(serve: Serve, slot: _AsyncSlot) -> None:
+        with trio.CancelScope() as scope:
+            slot.task = scope
+            await serve(slot)
+
+    def spawn_trio(serve: Serve, slot: _AsyncSlot) -> None:
+        # A system task: requests run whether or not anyone awaits them (like a thread).
+        trio.lowlevel.spawn_system_task(in_scope, serve, slot, name=f"aiovec-env-{slot.env_index}")
+
+    return spawn_trio
+
+
+class CoroutineBackend(Backend):
+    """Coroutine sub-envs stepped concurrently as tasks on the caller's event loop."""
+
+    name: ClassVar[str] = "async"
+    in_process: ClassVar[bool] = True
+
+    _slots: list[_AsyncSlot]
+    _spawn: Spawner
+
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
+                 max_concurrency: int | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode)
+        self.max_concurrency = max_concurrency
+        self._running = 0
+        #: Slots whose next request waits for a free permit, first come first served.
+        self._waiting: collections.deque[_AsyncSlot] = collections.deque()
+        self._lost: set[int] = set()
+        self._closing = False
+
+    async def start(self) -> Pending:
+        self._spawn = _task_spawner()
+        self.latencies = LatencyLog.allocate(self.num_envs)
+        self._slots = [self._new_slot(index) for index in range(self.num_envs)]
+        return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
+
+    def _new_slot(self, env_index: int) -> _AsyncSlot:
+        assert self.latencies is not None
+        return _AsyncSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index))
+
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
+               arrivals: Arrivals | None = None) -> Pending:
+        pending = _AsyncPending(op, env_indices, arrivals)
+        slots = self._slots
+        for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
+            if self._closing or env_index in self._lost:
+                pending.deliver(position, _lost(env_index, op))
+                continue
+            slot = slots[env_index]
+            slot.jobs.append((op, payload, pending, position))
+            if not slot.busy:
+                slot.busy = True
+                self._waiting.append(slot)
+        self._start_waiting()
+        return pending
+
+    def _start_waiting(self) -> None:
+        """Start the waiting slots' next requests, as far as the concurrency cap allows."""
+        waiting, limit = self._waiting, self.max_concurrency
+        while waiting and (limit is None or self._running < limit):
+            self._running += 1
+            self._spawn(self._serve, waiting.popleft())
+
+    async def _serve(self, slot: _AsyncSlot) -> None:
+        """One request's task: run it, deliver its reply, hand the permit on."""
+        op, payload, pending, position = slot.jobs.popleft()
+        try:
+            reply = await slot.run(op, payload)
+            if pending is not None and not slot.discarded:
+                pending.deliver(position, reply)
+        finally:
+            self._running -= 1
+            slot.task = None
+            if slot.discarded:
+                slot.discarded = False
+                slot.jobs.clear()
+                if slot.env is not None:  # close what the cancelled request left behind
+                    slot.jobs.append((Op.CLOSE, None, None, 0))
+            if slot.jobs:
+                self._waiting.append(slot)
+            else:
+                slot.busy = False
+            self._start_waiting()
+
+    def lost_envs(self) -> list[int]:
+        return sorted(self._lost)
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        for env_index in env_indices:
+            if env_index in self._lost:
+                continue
+            self._lost.add(env_index)
+            slot, self._slots[env_index] = self._slots[env_index], self._new_slot(env_index)
+            for _op, _payload, pending, position in slot.jobs:
+                if pending is not None:
+                    pending.deliver(position, _lost(env_index, _op))
+            slot.jobs.clear()
+            if slot.task is not None:
+                slot.discarded = True
+                slot.task.cancel()
+            elif slot.env is not None:  # waiting for a permit: close its env in turn
+                slot.jobs.append((Op.CLOSE, None, None, 0))
+
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        if self._closing:
+            raise ClosedError("the vector env was closed during a restart")
+        self._lost.difference_update(env_indices)
+        pending = self.submit(Op.MAKE, env_indices, [self.env_fns[i] for i in env_indices])
+        await pending.wait()
+        return Remade(list(env_indices), pending.failures())
+
+    async def aclose(self, timeout: float) -> Pending | None:
+        if not hasattr(self, "_slots") or self._closing:
+            return None
+        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(timeout):
+                await pending.wait()
+            self._cancel_all()
+            await anyio.lowlevel.checkpoint()  # let the cancelled tasks unwind
+        return pending
+
+    def _cancel_all(self) -> None:
+        self._waiting.clear()
+        for slot in self._slots:
+            slot.jobs.clear()
+            if slot.task is not None:
+                slot.task.cancel()
+
+    def close_nowait(self) -> None:
+        # No event loop may be running: the envs' async close cannot run, only be cancelled.
+        self._closing = True
+        if hasattr(self, "_slots"):
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self._cancel_all()
+
+    def local_env(self, env_index: int) -> Any:
+        env = self._slots[env_index].env
+        if env is None:
+            raise RuntimeError(f"sub-env {env_index} is not running")
+        return env
+
+    def describe(self) -> str:
+        cap = "" if self.max_concurrency is None else f", at most {self.max_concurrency} at once"
+        return f"async backend, {self.num_envs - len(self._lost)} coroutine envs{cap}"
+
+
+def _lost(env_index: int, op: Op) -> Any:
+    """The reply of a sub-env given up on and not remade yet (or of a closed vector env)."""
+    if op is Op.CLOSE:
+        return None
+    return Failure(env_index, op.value, None,
+                   "the sub-env was given up on (it missed a deadline) or the vector env closed",
+                   "")

@@ -1,0 +1,246 @@
+"""First-ready batches: ``send`` / ``recv`` / ``batches`` on every backend."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+import anyio
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aiovec
+from aiovec.testing import AsyncAdapter, CountingEnv, EpisodeEnv
+from tests.core.test_differential import as_async, rollout, run_without_loop
+from tests.envs import GatedEnv
+from tests.helpers import assert_identical
+
+BACKENDS = ["inline", "thread", "process", "async"]
+backends = pytest.mark.parametrize("backend", BACKENDS)
+pytestmark = pytest.mark.anyio
+
+
+def factory(backend: str, make: Any) -> Any:
+    return functools.partial(AsyncAdapter, make) if backend == "async" else make
+
+
+class DelayedEnv(gym.Env[Any, Any]):
+    """Counts its steps (the observation) and sleeps ``delays[step % len(delays)]`` seconds
+    in each, so tests can decide who finishes first."""
+
+    def __init__(self, delays: tuple[float, ...] = (0.0,)) -> None:
+        self.observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
+        self.action_space = gym.spaces.Discrete(1000)
+        self.delays = delays
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        import time
+
+        time.sleep(self.delays[self.steps % len(self.delays)])
+        self.steps += 1
+        return np.array([self.steps], dtype=np.float64), float(action), False, False, {}
+
+
+class AsyncDelayedEnv(aiovec.AsyncEnv[Any, Any]):
+    """``DelayedEnv`` as a coroutine env: the same counting, sleeping on the event loop."""
+
+    def __init__(self, delays: tuple[float, ...] = (0.0,)) -> None:
+        self.observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
+        self.action_space = gym.spaces.Discrete(1000)
+        self.delays = delays
+        self.steps = 0
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        await super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1), {}
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        await anyio.sleep(self.delays[self.steps % len(self.delays)])
+        self.steps += 1
+        return np.array([self.steps], dtype=np.float64), float(action), False, False, {}
+
+
+def delayed(backend: str, delays: tuple[float, ...] = (0.0,)) -> Any:
+    env_class = AsyncDelayedEnv if backend == "async" else DelayedEnv
+    return functools.partial(env_class, delays)
+
+
+@backends
+async def test_every_result_comes_back_once_and_no_sub_env_starves(
+        anyio_backend: Any, backend: str) -> None:
+    """Random batch sizes and random subsets sent back: each sub-env's step count rises by
+    exactly one per result, its reward is the action it was sent, and all keep stepping."""
+    num_envs = 8
+    rng = np.random.default_rng(0)
+    async with aiovec.AsyncVectorEnv([delayed(backend)] * num_envs, backend=backend,
+                                     batch_size=3) as envs:
+        await envs.reset(seed=1)
+        steps = np.zeros(num_envs, dtype=np.int64)
+        sent: dict[int, int] = {}
+        actions = rng.integers(0, 1000, num_envs)
+        envs.send(actions)
+        sent.update(enumerate(actions.tolist()))
+        idle: list[int] = []
+        received = Counter[int]()
+        for _ in range(300):
+            batch = await envs.recv(batch_size=int(rng.integers(1, 5)))
+            assert len(set(batch.env_ids.tolist())) == len(batch.env_ids)
+            for row, env_index in enumerate(batch.env_ids.tolist()):
+                steps[env_index] += 1
+                assert batch.observations[row, 0] == steps[env_index]
+                assert batch.rewards[row] == sent.pop(env_index)
+                received[env_index] += 1
+            # Send back what was held last round and part of this batch; hold the rest.
+            fresh = batch.env_ids.tolist()
+            keep = int(rng.integers(0, len(fresh) + 1))
+            chosen, idle = idle + fresh[:keep], fresh[keep:]
+            if not chosen:
+                continue
+            actions = rng.integers(0, 1000, len(chosen))
+            envs.send(actions, chosen)
+            sent.update(zip(chosen, actions.tolist()))
+        if idle:
+            envs.send(np.zeros(len(idle), dtype=np.int64), idle)
+            sent.update((env, 0) for env in idle)
+        # Drain: everything sent comes back exactly once.
+        async for batch in envs.batches(batch_size=2):
+            for row, env_index in enumerate(batch.env_ids.tolist()):
+                steps[env_index] += 1
+                assert batch.observations[row, 0] == steps[env_index]
+                assert batch.rewards[row] == sent.pop(env_index)
+        assert not sent
+        assert min(received.values()) >= 10, received
+        stepped = await envs.get_attr("steps")
+        assert list(stepped) == steps.tolist()
+
+
+@pytest.mark.parametrize("backend", ["thread", "async"])
+async def test_the_first_to_finish_come_first(anyio_backend: Any, backend: str) -> None:
+    """A slow sub-env does not hold back the fast ones' batch; it arrives later, intact."""
+    factories = [delayed(backend, (2.0,))] + [delayed(backend)] * 5
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, batch_size=5) as envs:
+        await envs.reset()
+        envs.send(np.arange(6))
+        fast = await envs.recv()
+        assert sorted(fast.env_ids.tolist()) == [1, 2, 3, 4, 5]
+        slow = await envs.recv()
+        assert slow.env_ids.tolist() == [0]
+        assert slow.observations.tolist() == [[1.0]]
+
+
+@backends
+async def test_cancelled_recv_loses_nothing(anyio_backend: Any, backend: str) -> None:
+    """Results landing while a cancelled ``recv`` waited are returned by the next one."""
+    factories = [delayed(backend, (0.0, 1.0))] + [delayed(backend)] * 3
+    async with aiovec.AsyncVectorEnv(factories, backend=backend) as envs:
+        await envs.reset()
+        envs.send(np.arange(4))
+        first = await envs.recv()  # env 0's first step is quick, its second one slow
+        assert sorted(first.env_ids.tolist()) == [0, 1, 2, 3]
+        envs.send(np.arange(4))
+        with anyio.move_on_after(0.3) as scope:
+            await envs.recv()
+        # The inline backend runs the sub-envs inside recv, so nothing can cancel it.
+        assert scope.cancelled_caught is (backend != "inline")
+        if scope.cancelled_caught:
+            batch = await envs.recv()
+            assert sorted(batch.env_ids.tolist()) == [0, 1, 2, 3]
+            order = np.argsort(batch.env_ids)
+            assert batch.observations[order, 0].tolist() == [2.0] * 4
+            assert batch.rewards[order].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@backends
+async def test_misuse_is_refused_and_touches_nothing(anyio_backend: Any, backend: str) -> None:
+    async with aiovec.AsyncVectorEnv([factory(backend, CountingEnv)] * 4, backend=backend,
+                                     batch_size=2) as envs:
+        with pytest.raises(aiovec.ResetNeededError, match="before reset"):
+            envs.send(np.zeros(4, dtype=np.int64))
+        await envs.reset()
+        with pytest.raises(aiovec.ResetNeededError, match="nothing to receive"):
+            await envs.recv()
+        with pytest.raises(ValueError, match="expected shape"):
+            envs.send(np.zeros(3, dtype=np.int64), [0, 1])
+        with pytest.raises(ValueError, match="lists a sub-env twice"):
+            envs.send(np.zeros(2, dtype=np.int64), [1, 1])
+        with pytest.raises(ValueError, match=r"must lie in \[0, 4\)"):
+            envs.send(np.zeros(1, dtype=np.int64), [4])
+        with pytest.raises(ValueError, match="batch_size must be at most"):
+            await envs.recv(batch_size=5)
+        envs.send(np.zeros(2, dtype=np.int64), [0, 2])
+        with pytest.raises(aiovec.BusyError, match=r"sub-env\(s\) \[2\]"):
+            envs.send(np.zeros(2, dtype=np.int64), [1, 2])
+        with pytest.raises(aiovec.BusyError):
+            await envs.step(np.zeros(4, dtype=np.int64))
+        batch = await envs.recv(batch_size=4)  # only two were sent
+        assert sorted(batch.env_ids.tolist()) == [0, 2]
+        counts = await envs.get_attr("steps")
+        assert counts == (1, 0, 1, 0)
+        obs, *_ = await envs.step(np.zeros(4, dtype=np.int64))  # all received: steps again
+        assert len(obs) == 4
+
+
+@backends
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.value)
+async def test_full_batches_match_sync_vector_env(
+        anyio_backend: Any, backend: str, mode: AutoresetMode) -> None:
+    """Sending every sub-env and receiving them all is a ``step``, rows in any order."""
+    make = functools.partial(EpisodeEnv, "dict", 2, 6)
+    reference_envs = SyncVectorEnv([make] * 4, autoreset_mode=mode)
+    try:
+        expected = run_without_loop(rollout(as_async(reference_envs.reset),
+                                            as_async(reference_envs.step),
+                                            reference_envs.action_space, mode, 7))
+    finally:
+        reference_envs.close()
+    async with aiovec.AsyncVectorEnv([factory(backend, make)] * 4, backend=backend,
+                                     autoreset_mode=mode) as envs:
+
+        async def step(actions: Any) -> tuple[Any, ...]:
+            envs.send(actions)
+            batch = await envs.recv()
+            return in_env_order(batch)
+
+        actual = await rollout(envs.reset, step, envs.action_space, mode, 7)
+    assert len(actual) == len(expected)
+    for index, (got, want) in enumerate(zip(actual, expected)):
+        assert_identical(sorted_keys(got), sorted_keys(want), f"record {index}")
+
+
+def in_env_order(batch: aiovec.StepBatch) -> tuple[Any, ...]:
+    order = np.argsort(batch.env_ids)
+    return (take(batch.observations, order), batch.rewards[order], batch.terminations[order],
+            batch.truncations[order], take(batch.infos, order))
+
+
+def take(value: Any, order: np.ndarray[Any, Any]) -> Any:
+    if isinstance(value, np.ndarray):
+        return value[order]
+    if isinstance(value, dict):
+        return {key: take(child, order) for key, child in value.items()}
+    return tuple(take(child, order) for child in value)
+
+
+def sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, tuple):
+        return tuple(sorted_keys(child) for child in value)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        result = np.empty_like(value)
+        for index in np.ndindex(value.shape):
+            result[index] = sorted_keys(value[index])
+        return result
+    return value
