@@ -19,6 +19,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from aiovec._core._async_env import is_async_env
+
 __all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome"]
 
 # What a sub-env step hands back: obs, reward, terminated, truncated, info, and for a
@@ -98,6 +100,9 @@ class EnvSlot:
             with contextlib.suppress(Exception):
                 old.close()
         env = env_fn()
+        if is_async_env(env):
+            raise TypeError(f"the env factory returned {type(env).__name__}, a coroutine env "
+                            "(async def step): run it with backend='async'")
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
         self.env = env

@@ -668,8 +668,11 @@ class AsyncVectorEnv:
             done = batch.terminations | batch.truncations
             self._reset_needed[batch.env_ids[done]] = True
         if broken:
-            failures = [reply for reply in replies if type(reply) is Failure
-                        and reply.env_index in broken]
+            self._reset_needed[list(broken)] = True
+            self._ready_to_step = False
+            failures = sorted((reply for reply in replies if type(reply) is Failure
+                               and reply.env_index in broken),
+                              key=lambda failure: failure.env_index)
             error: EnvTimeoutError | SubEnvErrorGroup
             if all(type(failure.exception) is EnvTimeoutError for failure in failures):
                 error = EnvTimeoutError("step", sorted(broken), max(

@@ -19,6 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
+from aiovec._core._first_ready import StepBatch
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._spaces import ObservationMode
 from aiovec._core._statistics import Statistics
@@ -51,8 +52,9 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
     method; workers are always daemonic and shared memory is used whenever the spaces allow)
     and ``aiovec.AsyncVectorEnv``'s keywords (``backend``, ``timeout``, ``close_timeout``,
-    ``restart``, ``num_workers``). A ``timeout=None`` in a ``*_wait`` call means the
-    construction ``timeout``.
+    ``restart``, ``batch_size``, ``max_concurrency``, ``num_workers``). A ``timeout=None`` in
+    a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
+    batches, as EnvPool's do.
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         timeout: float | None = None,
         close_timeout: float = 10.0,
         restart: RestartPolicy | bool | int | None = None,
+        batch_size: int | None = None,
+        max_concurrency: int | None = None,
         num_workers: int | None = None,
     ) -> None:
         if worker is not None:
@@ -82,7 +86,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         self._env = AsyncVectorEnv(
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
-            restart=restart, num_workers=num_workers, start_method=context,
+            restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
+            num_workers=num_workers, start_method=context,
         )
         self.num_envs = self._env.num_envs
         self.copy = copy
@@ -169,6 +174,20 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         """Wait for ``step_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
         in_flight = self._end(_Waiting.STEP, "step_wait", "step_async")
         return self._loop.run(self._env._finish_step, in_flight, _per_call(timeout))
+
+    def send(self, actions: Any, env_ids: Any = None, *,
+             timeout: float | None = None) -> None:
+        """Start stepping sub-envs ``env_ids`` (default: all); see ``AsyncVectorEnv.send``."""
+        self._begin("send")
+        self._loop.run(self._send, actions, env_ids, _per_call(timeout))
+
+    async def _send(self, actions: Any, env_ids: Any, timeout: Timeout) -> None:
+        self._env.send(actions, env_ids, timeout=timeout)
+
+    def recv(self, *, batch_size: int | None = None) -> StepBatch:
+        """The first ``batch_size`` results to land; see ``AsyncVectorEnv.recv``."""
+        self._begin("recv")
+        return self._loop.run(self._env.recv, batch_size=batch_size)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""

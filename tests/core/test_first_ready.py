@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import aiovec
 from aiovec.testing import AsyncAdapter, CountingEnv, EpisodeEnv
 from tests.core.test_differential import as_async, rollout, run_without_loop
-from tests.envs import GatedEnv
+from tests.envs import RaisingEnv
 from tests.helpers import assert_identical
 
 BACKENDS = ["inline", "thread", "process", "async"]
@@ -244,3 +244,99 @@ def sorted_keys(value: Any) -> Any:
             result[index] = sorted_keys(value[index])
         return result
     return value
+
+
+@backends
+async def test_a_failed_sub_env_is_reported_with_the_batch_kept(
+        anyio_backend: Any, backend: str) -> None:
+    raising = functools.partial(RaisingEnv, "step", 1)
+    factories = [factory(backend, CountingEnv), factory(backend, raising)] * 2
+    async with aiovec.AsyncVectorEnv(factories, backend=backend) as envs:
+        await envs.reset()
+        envs.send(np.zeros(4, dtype=np.int64))
+        await envs.recv()
+        envs.send(np.ones(4, dtype=np.int64))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.recv()
+        assert raised.value.env_indices == (1, 3)
+        assert "injected failure in step" in raised.value.exceptions[0].remote_traceback
+        batch = raised.value.partial_result
+        assert isinstance(batch, aiovec.StepBatch)
+        healthy = np.isin(batch.env_ids, [0, 2])
+        assert batch.rewards[healthy].tolist() == [1.0, 1.0]
+        assert envs.unusable_envs == (1, 3)
+        with pytest.raises(aiovec.ResetNeededError, match=r"\[1\]"):
+            envs.send(np.zeros(1, dtype=np.int64), [1])
+        envs.send(np.zeros(2, dtype=np.int64), [0, 2])  # the healthy ones go on
+        assert sorted((await envs.recv()).env_ids.tolist()) == [0, 2]
+        await envs.reset(options={"reset_mask": np.array([False, True, False, True])})
+        assert envs.unusable_envs == ()
+
+
+@backends
+async def test_the_restart_policy_restarts_inside_a_batch(anyio_backend: Any, backend: str) -> None:
+    raising = functools.partial(RaisingEnv, "step", 0)
+    factories = [factory(backend, CountingEnv), factory(backend, raising)]
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, restart=True) as envs:
+        await envs.reset()
+        envs.send(np.ones(2, dtype=np.int64))
+        batch = await envs.recv()
+        order = np.argsort(batch.env_ids)
+        assert batch.truncations[order].tolist() == [False, True]
+        assert batch.rewards[order].tolist() == [1.0, 0.0]
+        restart_row = int(np.flatnonzero(batch.env_ids == 1)[0])
+        assert "injected failure" in batch.infos["restart"][restart_row]
+        envs.send(np.ones(2, dtype=np.int64))  # the restarted one steps on (a fresh episode)
+        batch = await envs.recv()
+        assert sorted(batch.env_ids.tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize("backend", ["thread", "process", "async"])
+async def test_a_sub_env_past_its_deadline_times_out_alone(
+        anyio_backend: Any, backend: str) -> None:
+    factories = [delayed(backend, (0.0, 3.0))] + [delayed(backend)] * 3
+    kwargs = {"num_workers": 4} if backend == "process" else {}
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, **kwargs) as envs:
+        await envs.reset()
+        envs.send(np.zeros(4, dtype=np.int64))
+        await envs.recv()
+        envs.send(np.zeros(4, dtype=np.int64), timeout=0.5)
+        fast = await envs.recv(batch_size=3)
+        assert sorted(fast.env_ids.tolist()) == [1, 2, 3]
+        with anyio.fail_after(2.5):
+            with pytest.raises(aiovec.EnvTimeoutError) as raised:
+                await envs.recv()
+        assert raised.value.env_indices == (0,)
+        assert envs.statistics().timeouts == 1
+        assert 0 in envs.unusable_envs
+        await envs.reset(options={"reset_mask": np.array([True, False, False, False])})
+        envs.send(np.zeros(4, dtype=np.int64))
+        assert sorted((await envs.recv()).env_ids.tolist()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", ["thread", "process", "async"])
+async def test_closing_wakes_a_waiting_recv(anyio_backend: Any, backend: str) -> None:
+    envs = aiovec.AsyncVectorEnv([delayed(backend, (5.0,))] * 2, backend=backend,
+                                 close_timeout=0.5)
+    await envs.reset()
+    envs.send(np.zeros(2, dtype=np.int64))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(envs.aclose)
+            with pytest.raises(aiovec.ClosedError):
+                await envs.recv()
+
+
+def test_the_sync_shim_sends_and_receives() -> None:
+    envs = aiovec.VectorEnv([CountingEnv] * 4, backend="thread", batch_size=2)
+    try:
+        envs.reset(seed=0)
+        envs.send(np.arange(4))
+        received = []
+        for _ in range(2):
+            batch = envs.recv()
+            assert len(batch.env_ids) == 2
+            received += batch.env_ids.tolist()
+        assert sorted(received) == [0, 1, 2, 3]
+    finally:
+        envs.close()

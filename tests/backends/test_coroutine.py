@@ -1,0 +1,235 @@
+"""The async backend: coroutine sub-envs as tasks on the event loop (asyncio, uvloop, trio)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec.testing import AsyncAdapter, CountingEnv
+
+pytestmark = pytest.mark.anyio
+
+
+class Gauge:
+    """Counts how many sub-envs are inside ``step`` at once (shared by one test's envs)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+
+class IOEnv(aiovec.AsyncEnv[Any, Any]):
+    """Awaits ``delay`` seconds per step (I/O); ``hang_at``: that step never returns;
+    ``fail_at``: that step raises. Records what happened to it."""
+
+    def __init__(self, delay: float = 0.0, gauge: Gauge | None = None,
+                 hang_at: int | None = None, fail_at: int | None = None) -> None:
+        self.observation_space = gym.spaces.Box(0, math.inf, (1,), np.float64)
+        self.action_space = gym.spaces.Discrete(4)
+        self.delay, self.gauge = delay, gauge
+        self.hang_at, self.fail_at = hang_at, fail_at
+        self.steps = 0
+        self.cancelled = 0
+        self.closed = anyio.Event()  # made on the loop: the async backend calls the factory there
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        await super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1), {"seed_draw": int(self.np_random.integers(1000))}
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        gauge = self.gauge
+        if gauge is not None:
+            gauge.now += 1
+            gauge.peak = max(gauge.peak, gauge.now)
+        try:
+            if self.steps == self.fail_at:
+                self.steps += 1
+                raise ConnectionResetError("the simulator hung up")
+            await anyio.sleep(math.inf if self.steps == self.hang_at else self.delay)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled += 1
+            raise
+        finally:
+            if gauge is not None:
+                gauge.now -= 1
+        self.steps += 1
+        return np.array([self.steps], dtype=np.float64), float(action), False, False, {}
+
+    async def close(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.closed.set()
+
+
+async def test_sub_envs_wait_concurrently(anyio_backend: Any) -> None:
+    """50 sub-envs awaiting 0.2 s each: one vector step takes about 0.2 s, not 10 s."""
+    async with aiovec.AsyncVectorEnv([functools.partial(IOEnv, 0.2)] * 50,
+                                     backend="async") as envs:
+        await envs.reset(seed=0)
+        started = anyio.current_time()
+        obs, rewards, *_ = await envs.step(np.full(50, 3))
+        elapsed = anyio.current_time() - started
+    assert obs.tolist() == [[1.0]] * 50 and rewards.tolist() == [3.0] * 50
+    assert elapsed < 3.0, f"a 0.2 s step of 50 envs took {elapsed:.2f} s: not concurrent"
+
+
+async def test_max_concurrency_caps_the_sub_envs_at_work(anyio_backend: Any) -> None:
+    gauge = Gauge()
+    async with aiovec.AsyncVectorEnv([functools.partial(IOEnv, 0.01, gauge)] * 20,
+                                     backend="async", max_concurrency=5) as envs:
+        await envs.reset()
+        for _ in range(3):
+            obs, *_ = await envs.step(np.zeros(20, dtype=np.int64))
+        envs.send(np.zeros(20, dtype=np.int64))
+        async for batch in envs.batches(batch_size=7):
+            assert len(batch.env_ids) in (7, 6)
+    assert gauge.peak == 5
+    assert obs.tolist() == [[3.0]] * 20
+
+
+class ThreadGaugeEnv(CountingEnv):
+    """Sleeps 20 ms per step in its thread, counting how many are inside ``step`` at once."""
+
+    def __init__(self, gauge: Gauge, lock: threading.Lock) -> None:
+        super().__init__()
+        self.gauge, self.lock = gauge, lock
+
+    def step(self, action: int) -> Any:
+        with self.lock:
+            self.gauge.now += 1
+            self.gauge.peak = max(self.gauge.peak, self.gauge.now)
+        time.sleep(0.02)
+        with self.lock:
+            self.gauge.now -= 1
+        return super().step(action)
+
+
+def test_max_concurrency_caps_thread_sub_envs_too() -> None:
+    """The thread backend honours the same cap (a semaphore around each sub-env's call)."""
+    gauge, lock = Gauge(), threading.Lock()
+    envs = aiovec.VectorEnv([functools.partial(ThreadGaugeEnv, gauge, lock)] * 8,
+                            backend="thread", max_concurrency=3)
+    try:
+        envs.reset()
+        for _ in range(5):
+            envs.step(np.zeros(8, dtype=np.int64))
+    finally:
+        envs.close()
+    assert 1 <= gauge.peak <= 3
+
+
+async def test_backend_auto_picks_async_for_async_env_classes(anyio_backend: Any) -> None:
+    envs = aiovec.AsyncVectorEnv([IOEnv, IOEnv])
+    assert envs.backend_name == "async"
+    partial_envs = aiovec.AsyncVectorEnv([functools.partial(IOEnv, 0.0)])
+    assert partial_envs.backend_name == "async"
+
+
+async def test_a_plain_env_on_the_async_backend_and_vice_versa_say_what_to_do(
+        anyio_backend: Any) -> None:
+    with pytest.raises(aiovec.SubEnvErrorGroup, match="start") as raised:
+        await aiovec.AsyncVectorEnv([CountingEnv], backend="async").start()
+    assert "backend='thread' or 'process'" in str(raised.value.exceptions[0])
+    with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+        await aiovec.AsyncVectorEnv([lambda: IOEnv()], backend="inline").start()
+    assert "backend='async'" in str(raised.value.exceptions[0])
+
+
+async def test_a_raising_sub_env_is_named_and_the_others_results_kept(
+        anyio_backend: Any) -> None:
+    factories = [IOEnv, functools.partial(IOEnv, fail_at=1), IOEnv]
+    async with aiovec.AsyncVectorEnv(factories, backend="async") as envs:
+        await envs.reset()
+        await envs.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.step(np.ones(3, dtype=np.int64))
+        error = raised.value
+        assert error.env_indices == (1,)
+        assert isinstance(error.exceptions[0].__cause__, ConnectionResetError)
+        assert "the simulator hung up" in error.exceptions[0].remote_traceback
+        obs = error.partial_result[0]
+        assert obs.tolist() == [[2.0], [1.0], [2.0]]
+        assert envs.unusable_envs == (1,)
+        obs, _ = await envs.reset(options={"reset_mask": np.array([False, True, False])})
+        assert envs.unusable_envs == ()
+
+
+async def test_a_hung_sub_env_times_out_is_cancelled_and_remade(anyio_backend: Any) -> None:
+    made: list[IOEnv] = []
+
+    def hangs_the_first_time() -> IOEnv:
+        made.append(IOEnv(hang_at=None if made else 0))
+        return made[-1]
+
+    factories = [IOEnv, hangs_the_first_time, IOEnv]
+    async with aiovec.AsyncVectorEnv(factories, backend="async", timeout=0.3) as envs:
+        await envs.reset()
+        hung = envs._backend.local_env(1)
+        with pytest.raises(aiovec.EnvTimeoutError) as raised:
+            await envs.step(np.zeros(3, dtype=np.int64))
+        assert raised.value.env_indices == (1,)
+        with anyio.fail_after(5):  # cancelled, its task unwinds and the env is closed
+            await hung.closed.wait()
+        assert hung.cancelled == 1, "the hung step's coroutine was not cancelled"
+        assert envs.unusable_envs == (1,)
+        await envs.reset()
+        assert envs._backend.local_env(1) is made[1]
+        obs, *_ = await envs.step(np.zeros(3, dtype=np.int64))
+        assert obs.tolist() == [[1.0]] * 3
+
+
+async def test_the_restart_policy_restarts_a_failed_coroutine_env(anyio_backend: Any) -> None:
+    factories = [IOEnv, functools.partial(IOEnv, fail_at=0)]
+    async with aiovec.AsyncVectorEnv(factories, backend="async", restart=True) as envs:
+        await envs.reset(seed=3)
+        _, rewards, _, truncations, infos = await envs.step(np.ones(2, dtype=np.int64))
+        assert truncations.tolist() == [False, True]
+        assert rewards.tolist() == [1.0, 0.0]
+        assert "the simulator hung up" in infos["restart"][1]
+        assert envs.statistics().restarts == 1
+
+
+async def test_cancelling_a_step_cancels_nothing_else_and_reset_recovers(
+        anyio_backend: Any) -> None:
+    async with aiovec.AsyncVectorEnv([functools.partial(IOEnv, 0.5)] * 3,
+                                     backend="async") as envs:
+        await envs.reset()
+        with anyio.move_on_after(0.1):
+            await envs.step(np.zeros(3, dtype=np.int64))
+        assert envs.unusable_envs == (0, 1, 2)
+        obs, _ = await envs.reset()
+        assert obs.tolist() == [[0.0]] * 3
+        obs, *_ = await envs.step(np.zeros(3, dtype=np.int64))
+        assert obs.tolist() == [[1.0]] * 3
+
+
+async def test_close_awaits_every_sub_env_close(anyio_backend: Any) -> None:
+    envs = aiovec.AsyncVectorEnv([IOEnv] * 4, backend="async")
+    await envs.reset()
+    made = [envs._backend.local_env(index) for index in range(4)]
+    await envs.aclose()
+    await envs.aclose()
+    assert all(env.closed.is_set() for env in made)
+    with pytest.raises(aiovec.ClosedError):
+        await envs.step(np.zeros(4, dtype=np.int64))
+
+
+async def test_seeds_get_attr_call_and_adapter(anyio_backend: Any) -> None:
+    async with aiovec.AsyncVectorEnv([functools.partial(AsyncAdapter, CountingEnv)] * 2,
+                                     backend="async") as envs:
+        await envs.reset(seed=5)
+        assert envs.np_random_seed == (5, 6)
+        await envs.set_attr("marker", ["a", "b"])
+        assert await envs.get_attr("marker") == ("a", "b")
+        assert await envs.call("get_wrapper_attr", "steps") == (0, 0)
