@@ -710,9 +710,7 @@ class AsyncVectorEnv:
             if env_index in restarted or env_index in broken:
                 continue
             if self._in_place:
-                if reply is None:
-                    continue
-                info, final = reply
+                info, final = (None, None) if reply is None else reply
             else:
                 obs, reward, terminated, truncated, info, final = reply
                 self._env_obs[env_index] = obs
