@@ -682,6 +682,7 @@ class AsyncVectorEnv:
                 error = _error_group("step", failures)
             error.partial_result = batch
             raise error
+        self._counters.steps += 1
         return batch
 
     def _settle_restart_extras(self, first: FirstReady, outcome: dict[int, tuple[Any, str]],
