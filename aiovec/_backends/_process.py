@@ -192,20 +192,26 @@ class _ProcessPending(Pending):
             self.replies[self.position(env_index)] = Failure(
                 env_index, self.op.value, reason, str(reason), "")
 
-    async def _wait_for(self, worker: _Worker) -> None:
-        await self._backend.flush(worker)
-        while worker in self._owing:
-            await self._backend.read_when_ready(worker)
-
     async def wait(self) -> None:
         if not self._owing:  # answered already, or addressed to no live worker at all
             await anyio.lowlevel.checkpoint()
         elif self._future is not None:
             await self._future
-        else:  # no readiness callbacks (trio): one waiter per worker
-            async with anyio.create_task_group() as group:
+        else:  # no readiness callbacks (trio): read the workers' sockets in turn
+            backend = self._backend
+            try:
                 for worker in list(self._owing):
-                    group.start_soon(self._wait_for, worker)
+                    await backend.flush(worker)
+                for worker in list(self._owing):
+                    backend.receive(worker)  # whatever arrived already, without parking
+                    while worker in self._owing:
+                        await backend.read_when_ready(worker)
+            except BaseException:
+                # Cancelled (a deadline): replies that did arrive must not count as late.
+                for worker in list(self._owing):
+                    if worker.alive and worker.reading is None:
+                        backend.receive(worker)
+                raise
         for worker in self._dead:
             await self._backend.reap(worker)
             self._fail_hosted(worker)
