@@ -36,8 +36,9 @@ class Statistics:
     """A snapshot of a vector env's activity since it was created.
 
     ``steps`` and ``resets`` count vector calls that returned (with or without restarted
-    sub-envs; a ``recv`` batch counts as a step); ``errors`` counts sub-env failures (raised or recovered), ``timeouts`` sub-envs
-    that missed a deadline, ``restarts`` sub-envs recreated by the restart policy or a reset;
+    sub-envs; a ``recv`` batch counts as a step); ``errors`` counts sub-env failures (raised
+    or recovered), ``timeouts`` sub-envs that missed a deadline, ``restarts`` sub-envs
+    recreated by the restart policy or a reset;
     ``abandoned_threads`` is how many hung sub-env threads are still running (thread backend).
     """
 

@@ -713,11 +713,7 @@ class AsyncVectorEnv:
             if self._in_place:
                 info, final = (None, None) if reply is None else reply
             else:
-                obs, reward, terminated, truncated, info, final = reply
-                self._env_obs[env_index] = obs
-                rewards[env_index] = reward
-                terminations[env_index] = terminated
-                truncations[env_index] = truncated
+                info, final = self._store_result(env_index, reply)
             if final is not None:
                 merge_info(infos, final, position, size)
             if info:
@@ -931,15 +927,11 @@ class AsyncVectorEnv:
                     if info:
                         merge_info(infos, info, env_index, n)
         else:
-            env_obs = self._env_obs
+            store = self._store_result
             for env_index, reply in enumerate(replies):
                 if broken and env_index in broken:
                     continue
-                obs, reward, terminated, truncated, info, final = reply
-                env_obs[env_index] = obs
-                rewards[env_index] = reward
-                terminations[env_index] = terminated
-                truncations[env_index] = truncated
+                info, final = store(env_index, reply)
                 if final is not None:
                     merge_info(infos, final, env_index, n)
                 if info:
@@ -953,6 +945,15 @@ class AsyncVectorEnv:
             self._observations = concatenate(self.single_observation_space, self._env_obs,
                                              self._observations)
         return infos
+
+    def _store_result(self, env_index: int, reply: Any) -> tuple[Any, Any]:
+        """Keep a sub-env's step outcome (not in place) → its ``(info, final)``."""
+        obs, reward, terminated, truncated, info, final = reply
+        self._env_obs[env_index] = obs
+        self._rewards[env_index] = reward
+        self._terminations[env_index] = terminated
+        self._truncations[env_index] = truncated
+        return info, final
 
     def _observation_row(self, env_index: int) -> Any:
         """A private copy of sub-env ``env_index``'s current observation."""
