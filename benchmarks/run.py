@@ -36,24 +36,23 @@ import os
 import platform
 import random
 import resource
-import signal
 import statistics
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import anyio
 import gymnasium as gym
 import numpy as np
 from bench_envs import CpuEnv, PixelEnv, SleepEnv, make_cartpole, raw_loop, raw_loop_in_child
+from harness import describe, stamped, stamped_async, watchdog
 
 import aiovec
 
@@ -165,47 +164,25 @@ def _timing(stamps: list[float], num_envs: int, cpu_seconds: float) -> Timing:
 def time_steps(step: Callable[[Any], object], actions: Sequence[Any], num_envs: int,
                plan: Plan) -> Timing:
     """Warm up, then call ``step`` for ``plan.seconds``, stamping every vector step."""
-    count = len(actions)
-    warmup_deadline = time.perf_counter() + plan.warmup_seconds
-    for index in range(plan.warmup_steps):
-        step(actions[index % count])
-        if index >= 1 and time.perf_counter() >= warmup_deadline:
-            break
-    cpu_before = _cpu_seconds()
-    stamps = [time.perf_counter()]
-    deadline = stamps[0] + plan.seconds
-    steps = 0
-    while True:
-        step(actions[steps % count])
-        steps += 1
-        now = time.perf_counter()
-        stamps.append(now)
-        if now >= deadline and steps >= plan.min_steps:
-            break
-    return _timing(stamps, num_envs, _cpu_seconds() - cpu_before)
+    cpu = _CpuMeter()
+    return _timing(stamped(step, actions, plan, cpu), num_envs, cpu.seconds)
 
 
 async def time_steps_async(step: Callable[[Any], Awaitable[object]], actions: Sequence[Any],
                            num_envs: int, plan: Plan) -> Timing:
     """``time_steps`` for ``await step(actions)``."""
-    count = len(actions)
-    warmup_deadline = time.perf_counter() + plan.warmup_seconds
-    for index in range(plan.warmup_steps):
-        await step(actions[index % count])
-        if index >= 1 and time.perf_counter() >= warmup_deadline:
-            break
-    cpu_before = _cpu_seconds()
-    stamps = [time.perf_counter()]
-    deadline = stamps[0] + plan.seconds
-    steps = 0
-    while True:
-        await step(actions[steps % count])
-        steps += 1
-        now = time.perf_counter()
-        stamps.append(now)
-        if now >= deadline and steps >= plan.min_steps:
-            break
-    return _timing(stamps, num_envs, _cpu_seconds() - cpu_before)
+    cpu = _CpuMeter()
+    return _timing(await stamped_async(step, actions, plan, cpu), num_envs, cpu.seconds)
+
+
+class _CpuMeter:
+    """The process's CPU time over the timed window (``stamped``'s ``timing`` hook)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self, starting: bool) -> None:
+        self.seconds = _cpu_seconds() - self.seconds if not starting else _cpu_seconds()
 
 
 # ---------------------------------------------------------------------------- contenders
@@ -366,26 +343,6 @@ WORKLOADS = [
 # --------------------------------------------------------------------------- orchestration
 
 
-class CellTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float) -> Iterator[None]:
-    """Best effort against a hung sync contender: raise ``CellTimeout`` after ``seconds``."""
-
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise CellTimeout(f"no result after {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def plan_cells(workloads: Sequence[Workload], contenders: Sequence[Contender],
                notes: list[str]) -> list[tuple[Workload, int, Contender]]:
     """Every (workload, num_envs, contender) to measure, in report order; skips become notes."""
@@ -423,13 +380,6 @@ def interleaved(cells: list[tuple[Workload, int, Contender]],
         if cell is not None:
             group.append(cell)
     return order
-
-
-def describe(error: BaseException) -> str:
-    """One line for a table cell: the type and the first line of the message."""
-    lines = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-    return text[:160].replace("|", "\\|")
 
 
 def measure(workload: Workload, num_envs: int, contender: Contender, plan: Plan,

@@ -58,15 +58,6 @@ class _AsyncSlot:
         self.discarded = False
         self.task: _Cancellable | None = None
 
-    async def run(self, op: Op, payload: Any) -> Any:
-        """Serve one request; a sub-env exception comes back as a ``Failure``."""
-        try:
-            if op is Op.STEP:
-                return await self._step(payload)
-            return await _HANDLERS[op](self, payload)
-        except Exception as exc:
-            return Failure.capture(self.env_index, op.value, exc)
-
     async def _make(self, env_fn: Callable[[], Any]) -> EnvDescription:
         await self._close(None)
         env = env_fn()
@@ -95,7 +86,8 @@ class _AsyncSlot:
         obs, info = await env.reset(seed=seed, options=options)
         return obs, info, getattr(env, "np_random_seed", None)
 
-    async def _step(self, action: Any) -> Any:
+    async def step(self, action: Any) -> Any:
+        """Step with autoreset (the hot path: called straight from the request's task)."""
         started = time.perf_counter()
         try:
             env = self._live_env()
@@ -259,10 +251,17 @@ class CoroutineBackend(Backend):
             self._spawn(self._serve, waiting.popleft())
 
     async def _serve(self, slot: _AsyncSlot) -> None:
-        """One request's task: run it, deliver its reply, hand the permit on."""
+        """One request's task: run it, deliver its reply (a sub-env exception as a
+        ``Failure``), hand the permit on."""
         op, payload, pending, position = slot.jobs.popleft()
         try:
-            reply = await slot.run(op, payload)
+            try:
+                if op is Op.STEP:
+                    reply = await slot.step(payload)
+                else:
+                    reply = await _HANDLERS[op](slot, payload)
+            except Exception as exc:
+                reply = Failure.capture(slot.env_index, op.value, exc)
             if pending is not None and not slot.discarded:
                 pending.deliver(position, reply)
         finally:
@@ -277,7 +276,8 @@ class CoroutineBackend(Backend):
                 self._waiting.append(slot)
             else:
                 slot.busy = False
-            self._start_waiting()
+            if self._waiting:
+                self._start_waiting()
 
     def lost_envs(self) -> list[int]:
         return sorted(self._lost)

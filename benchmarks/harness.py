@@ -1,0 +1,94 @@
+"""Pieces every benchmark script shares: timing loops, a watchdog for hung contenders,
+error cells."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from types import FrameType
+from typing import Any, Protocol
+
+__all__ = ["CellTimeout", "Timed", "describe", "stamped", "stamped_async", "watchdog"]
+
+
+class CellTimeout(Exception):
+    """A contender gave no result in time."""
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float) -> Iterator[None]:
+    """Best effort against a hung sync contender: raise ``CellTimeout`` after ``seconds``."""
+
+    def fire(signum: int, frame: FrameType | None) -> None:
+        raise CellTimeout(f"no result after {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def describe(error: BaseException) -> str:
+    """One line for a table cell: the type and the first line of the message."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text[:160].replace("|", "\\|")
+
+
+class Timed(Protocol):
+    """How long to warm up and to time a contender (each script's ``Plan``)."""
+
+    warmup_steps: int
+    warmup_seconds: float
+    seconds: float
+    min_steps: int
+
+
+def stamped(step: Callable[[Any], object], actions: Sequence[Any], plan: Timed,
+            timing: Callable[[bool], None] | None = None) -> list[float]:
+    """Warm up, then call ``step`` for ``plan.seconds``: the wall time after every vector
+    step, the first one being the start. ``timing(True)``/``timing(False)`` bracket the
+    timed window."""
+    count = len(actions)
+    warmup_deadline = time.perf_counter() + plan.warmup_seconds
+    for index in range(plan.warmup_steps):
+        step(actions[index % count])
+        if index >= 1 and time.perf_counter() >= warmup_deadline:
+            break
+    if timing:
+        timing(True)
+    stamps = [time.perf_counter()]
+    deadline = stamps[0] + plan.seconds
+    while stamps[-1] < deadline or len(stamps) <= plan.min_steps:
+        step(actions[len(stamps) % count])
+        stamps.append(time.perf_counter())
+    if timing:
+        timing(False)
+    return stamps
+
+
+async def stamped_async(step: Callable[[Any], Awaitable[object]], actions: Sequence[Any],
+                        plan: Timed, timing: Callable[[bool], None] | None = None,
+                        ) -> list[float]:
+    """``stamped`` for ``await step(actions)``."""
+    count = len(actions)
+    warmup_deadline = time.perf_counter() + plan.warmup_seconds
+    for index in range(plan.warmup_steps):
+        await step(actions[index % count])
+        if index >= 1 and time.perf_counter() >= warmup_deadline:
+            break
+    if timing:
+        timing(True)
+    stamps = [time.perf_counter()]
+    deadline = stamps[0] + plan.seconds
+    while stamps[-1] < deadline or len(stamps) <= plan.min_steps:
+        await step(actions[len(stamps) % count])
+        stamps.append(time.perf_counter())
+    if timing:
+        timing(False)
+    return stamps
