@@ -230,17 +230,24 @@ class CoroutineBackend(Backend):
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
         pending = _AsyncPending(op, env_indices, arrivals)
-        slots = self._slots
+        slots, closing, lost = self._slots, self._closing, self._lost
+        unlimited = self.max_concurrency is None  # then nothing ever waits for a permit
+        spawn, serve = self._spawn, self._serve
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
-            if self._closing or env_index in self._lost:
+            if closing or env_index in lost:
                 pending.deliver(position, _lost(env_index, op))
                 continue
             slot = slots[env_index]
             slot.jobs.append((op, payload, pending, position))
             if not slot.busy:
                 slot.busy = True
-                self._waiting.append(slot)
-        self._start_waiting()
+                if unlimited:
+                    self._running += 1
+                    spawn(serve, slot)
+                else:
+                    self._waiting.append(slot)
+        if not unlimited:
+            self._start_waiting()
         return pending
 
     def _start_waiting(self) -> None:
