@@ -14,6 +14,7 @@ from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
 from aiovec._exceptions import ClosedError as ClosedError
 from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
+from aiovec._exceptions import NothingSentError as NothingSentError
 from aiovec._exceptions import NotStartedError as NotStartedError
 from aiovec._exceptions import ResetNeededError as ResetNeededError
 from aiovec._exceptions import SerializationError as SerializationError
@@ -35,6 +36,7 @@ __all__ = (
     "EnvTimeoutError",
     "LatencySummary",
     "NotStartedError",
+    "NothingSentError",
     "ResetNeededError",
     "RestartPolicy",
     "SerializationError",

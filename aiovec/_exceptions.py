@@ -6,6 +6,7 @@ The tree, and who caused each error::
     ├── ClosedError                  you used the vector env after closing it
     ├── NotStartedError              you asked for something that needs the sub-envs running
     ├── BusyError                    your code ran two calls on one vector env at once
+    ├── NothingSentError             your code called recv with nothing sent to receive
     ├── ResetNeededError             your code stepped before reset (or a failed sub-env)
     ├── EnvTimeoutError              sub-envs did not answer before the deadline
     ├── WorkerDiedError              a worker process died (crash, signal, out of memory)
@@ -41,6 +42,7 @@ __all__ = [
     "ClosedError",
     "EnvTimeoutError",
     "NotStartedError",
+    "NothingSentError",
     "ResetNeededError",
     "SerializationError",
     "SubEnvError",
@@ -66,6 +68,10 @@ class BusyError(AiovecError):
 
     A vector env serves one call at a time; run concurrent work on separate vector envs.
     """
+
+
+class NothingSentError(AiovecError):
+    """``recv`` has nothing to wait for: no sub-env was sent an action (``send`` first)."""
 
 
 class ResetNeededError(AiovecError, _GymResetNeeded):

@@ -20,7 +20,7 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "inline": ("aiovec._backends._inline", "InlineBackend", None),
     "thread": ("aiovec._backends._thread", "ThreadBackend", None),
     "process": ("aiovec._backends._process", "ProcessBackend", None),
-    "async": ("aiovec._backends._coroutine", "CoroutineBackend", None),
+    "async": ("aiovec._backends._async", "AsyncBackend", None),
 }
 
 BACKEND_NAMES = ("auto", *_REGISTRY)
@@ -52,9 +52,13 @@ def resolve_backend_name(name: str, env_fns: Sequence[Any], options: dict[str, A
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     for key, backends in BACKEND_OPTIONS.items():
         if options.get(key) is not None and name not in backends:
-            raise ValueError(f"{key} applies to the {' and '.join(backends)} backend(s), "
-                             f"not {name!r}")
+            raise ValueError(f"{key} applies to the {_listed(backends)} backend"
+                             f"{'s' if len(backends) > 1 else ''}, not {name!r}")
     return name
+
+
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _auto_backend(env_fns: Sequence[Any], options: dict[str, Any]) -> str:

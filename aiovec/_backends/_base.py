@@ -225,8 +225,8 @@ class Backend(abc.ABC):
         """These sub-envs missed a deadline: make sure whatever they still owe is never used
         (kill their worker, abandon their thread). They are lost until remade.
 
-        The inline backend has nothing to discard: its sub-envs cannot miss a deadline, since
-        they run to completion before the event loop can notice one.
+        The inline backend's sub-envs run to completion before the event loop can notice a
+        deadline; only a first-ready step, sent and not run yet, can miss one there.
         """
         return
 

@@ -24,7 +24,7 @@ __all__ = ["InlineBackend"]
 class _InlinePending(Pending):
     """Runs the request on the sub-envs when first awaited."""
 
-    __slots__ = ("_payloads", "_slots", "started")
+    __slots__ = ("_payloads", "_slots", "skipped", "started")
 
     def __init__(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                  slots: list[EnvSlot], arrivals: Arrivals | None = None) -> None:
@@ -32,6 +32,8 @@ class _InlinePending(Pending):
         self._payloads = payloads
         self._slots = slots
         self.started = False
+        #: Sub-envs given up on before the request ran (a first-ready deadline): not run.
+        self.skipped: set[int] = set()
 
     async def wait(self) -> None:
         # The one cancellation point: a request cancelled here never touched a sub-env.
@@ -45,6 +47,8 @@ class _InlinePending(Pending):
         self.started = True
         slots, op, replies, arrivals = self._slots, self.op, self.replies, self.arrivals
         for position, (env_index, payload) in enumerate(zip(self.env_indices, self._payloads)):
+            if env_index in self.skipped:
+                continue
             replies[position] = slots[env_index].run(op, payload)
             if arrivals is not None:
                 arrivals.land(self, position)
@@ -83,17 +87,28 @@ class InlineBackend(Backend):
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
+        if arrivals is None:  # requests run in the order they were made
+            self._serve_sent()
         pending = _InlinePending(op, env_indices, payloads, self._slots, arrivals)
         if arrivals is not None:
             self._unserved.append(pending)
         return pending
 
-    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
-        # Everything sent runs now, in order: each reply lands as its sub-env finishes.
-        await anyio.lowlevel.checkpoint()
+    def _serve_sent(self) -> None:
         unserved, self._unserved = self._unserved, []
         for pending in unserved:
             pending.run()
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        # Only a first-ready step can miss a deadline here (its clock starts at send, it runs
+        # at recv): it must then never run.
+        for pending in self._unserved:
+            pending.skipped.update(env_indices)
+
+    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
+        # Everything sent runs now, in order: each reply lands as its sub-env finishes.
+        await anyio.lowlevel.checkpoint()
+        self._serve_sent()
 
     async def aclose(self, timeout: float) -> Pending | None:
         slots = getattr(self, "_slots", None)

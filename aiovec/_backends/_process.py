@@ -55,6 +55,7 @@ _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
 _REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 _INBOX_SIZE = 1 << 16
+_FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 _HEADER_SIZE = HEADER.size
 
 
@@ -540,10 +541,17 @@ class ProcessBackend(Backend):
             self.loop.remove_writer(worker.sock.fileno())
 
     async def flush(self, worker: _Worker) -> None:
-        """Send what did not fit in the socket buffer (the non-asyncio path)."""
+        """Send what did not fit in the socket buffer (the non-asyncio path).
+
+        Replies are read meanwhile: the worker may be stuck writing a large reply to us, and
+        would never read what we write until we read what it wrote.
+        """
         while worker.unsent and worker.alive:
-            await anyio.wait_writable(worker.sock)
+            with anyio.move_on_after(_FLUSH_POLL):
+                await anyio.wait_writable(worker.sock)
             self._flush_now(worker)
+            if worker.unsent and worker.alive:
+                self.receive(worker)
 
     def receive(self, worker: _Worker) -> None:
         """Read what the worker sent and deliver every complete reply (readiness callback)."""

@@ -67,20 +67,60 @@ class _ThreadPending(Pending):
         self._done.set()
 
 
-def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job],
-           limiter: threading.Semaphore | None) -> None:
+class _Permit:
+    """A sub-env thread's share of ``max_concurrency``: held while a request runs, given back
+    when it ends, or at once when the thread is given up on (a hung sub-env must not starve
+    the others; the given-up thread then runs unlimited until it exits)."""
+
+    __slots__ = ("_given_up", "_held", "_limiter", "_lock")
+
+    def __init__(self, limiter: threading.Semaphore) -> None:
+        self._limiter = limiter
+        self._lock = threading.Lock()
+        self._held = False
+        self._given_up = False
+
+    def __enter__(self) -> None:
+        if not self._given_up:
+            self._limiter.acquire()
+            self._keep()
+
+    def _keep(self) -> None:
+        """Hold the permit just acquired, unless the thread was given up on meanwhile."""
+        with self._lock:
+            if self._given_up:
+                self._limiter.release()
+            else:
+                self._held = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._give_back()
+
+    def give_up(self) -> None:
+        with self._lock:
+            self._given_up = True
+        self._give_back()
+
+    def _give_back(self) -> None:
+        with self._lock:
+            held, self._held = self._held, False
+        if held:
+            self._limiter.release()
+
+
+def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None) -> None:
     """A sub-env thread's whole life: serve requests until asked to close.
 
-    With a ``limiter`` (``max_concurrency``), a request runs only while holding one of its
-    permits, so at most that many sub-envs work at once.
+    With a ``permit`` (``max_concurrency``), a request runs only while holding it, so at most
+    that many sub-envs work at once.
     """
     while True:
         op, payload, pending, position = jobs.get()
         try:
-            if limiter is None:
+            if permit is None:
                 reply = slot.run(op, payload)
             else:
-                with limiter:
+                with permit:
                     reply = slot.run(op, payload)
         except BaseException as exc:  # SystemExit/KeyboardInterrupt raised by the env itself
             reply = Failure.capture(slot.env_index, op.value, exc)
@@ -110,6 +150,7 @@ class ThreadBackend(Backend):
         super().__init__(env_fns, autoreset_mode)
         self.max_concurrency = max_concurrency
         self._limiter = None if max_concurrency is None else threading.Semaphore(max_concurrency)
+        self._permits: list[_Permit | None] = [None] * self.num_envs
 
     _slots: list[EnvSlot]
     _queues: list[queue.SimpleQueue[_Job]]
@@ -133,9 +174,11 @@ class ThreadBackend(Backend):
         return EnvSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index))
 
     def _start_thread(self, env_index: int) -> None:
+        if self._limiter is not None:
+            self._permits[env_index] = _Permit(self._limiter)
         thread = threading.Thread(target=_serve, daemon=True, name=f"aiovec-env-{env_index}",
                                   args=(self._slots[env_index], self._queues[env_index],
-                                        self._limiter))
+                                        self._permits[env_index]))
         self._threads[env_index] = thread
         thread.start()
 
@@ -160,6 +203,9 @@ class ThreadBackend(Backend):
                 continue
             # The old thread closes its env and exits if its call ever returns.
             self._queues[env_index].put((Op.CLOSE, None, None, 0))
+            permit = self._permits[env_index]
+            if permit is not None:
+                permit.give_up()
             self._abandoned.append(thread)
             self._threads[env_index] = None
             self._slots[env_index] = self._new_slot(env_index)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aiovec._backends._base import Arrivals, Pending
+from aiovec._backends._base import NO_REPLY, Arrivals, Pending
 
 __all__ = ["FirstReady", "Restarted", "StepBatch"]
 
@@ -66,6 +66,7 @@ class FirstReady:
         return [env for env in env_ids if env in in_flight or env in ready]
 
     def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
+        """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
         in_flight = self.in_flight
         for position, env_index in enumerate(pending.env_indices):
             in_flight[env_index] = (pending, position)
@@ -87,16 +88,25 @@ class FirstReady:
                 ready[env_index] = pending.replies[position]
 
     def next_deadline(self) -> float:
+        """The earliest deadline of a sub-env still stepping (``inf``: none)."""
         return min((deadline for deadline, _ in self.deadlines.values()), default=math.inf)
 
     def expire(self, now: float) -> list[tuple[int, float]]:
-        """Give up on the sub-envs whose deadline passed → ``(env index, timeout)`` each."""
+        """Give up on the sub-envs whose deadline passed → ``(env index, timeout)`` each.
+
+        A result that landed but is not collected yet (a thread delivers at any moment) is
+        not late.
+        """
         late = [(env_index, timeout) for env_index, (deadline, timeout) in self.deadlines.items()
-                if deadline <= now]
+                if deadline <= now and not self._landed(env_index)]
         for env_index, _ in late:
             del self.deadlines[env_index]
             del self.in_flight[env_index]
         return late
+
+    def _landed(self, env_index: int) -> bool:
+        pending, position = self.in_flight[env_index]
+        return pending.replies[position] is not NO_REPLY
 
     def first(self, count: int) -> list[int]:
         """The ``count`` earliest results (left in ``ready``)."""

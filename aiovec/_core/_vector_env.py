@@ -41,6 +41,7 @@ from aiovec._exceptions import (
     BusyError,
     ClosedError,
     EnvTimeoutError,
+    NothingSentError,
     NotStartedError,
     ResetNeededError,
     SubEnvError,
@@ -225,6 +226,8 @@ class AsyncVectorEnv:
         self._restart_counts = np.zeros(self.num_envs, dtype=np.int64)
         self._consecutive_restarts = np.zeros(self.num_envs, dtype=np.int64)
         self._last_restart_at = np.full(self.num_envs, -2, dtype=np.int64)
+        #: Steps each sub-env returned (``step`` and ``recv``), to tell restarts in a row.
+        self._env_steps = np.zeros(self.num_envs, dtype=np.int64)
         self._final_latency: tuple[LatencySummary, ...] | None = None
         self._first_ready: FirstReady | None = None
         #: Sub-envs restarted along with another one while not stepping: their next result
@@ -523,9 +526,9 @@ class AsyncVectorEnv:
         return at once; ``recv`` collects their results, first finished first.
 
         ``actions`` is a batch for ``len(env_ids)`` sub-envs, checked like ``step``'s. Each
-        sub-env's ``timeout`` runs from now. A sub-env cannot be sent a second action before
-        its result was received (``BusyError``); a full ``step``/``reset`` waits until all
-        results are received.
+        sub-env's ``timeout`` runs from now (with ``max_concurrency``, waiting for a turn
+        counts). A sub-env cannot be sent a second action before its result was received, and
+        ``step``/``reset`` refuse to run while results are owed (both ``BusyError``).
         """
         self._check_not_closed("send")
         first = self._first_ready
@@ -588,7 +591,8 @@ class AsyncVectorEnv:
         size = self.batch_size if batch_size is None else _check_count(
             batch_size, "batch_size", self.num_envs)
         if first is None or not first:
-            raise ResetNeededError("nothing to receive: send() actions first")
+            raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
+                                   "first), or every result was received already")
         if first.receiving:
             raise BusyError("cannot recv: another task is already receiving")
         assert size is not None
@@ -644,22 +648,30 @@ class AsyncVectorEnv:
                   if type(reply) is Failure}
         self._counters.errors += len(broken)
         restarted: dict[int, tuple[Any, str]] = {
-            env_index: tuple(reply) for env_index, reply in zip(env_ids, replies)
+            env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
         if broken and self._restart_policy is not None:
             previous = {env_index: self._observation_row(env_index) for env_index in broken}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+            # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
+            claim = _InFlight("recv (restarting sub-envs)", Op.STEP, list(broken), (), None)
+            self._in_flight = claim
             try:
                 outcome = await self._restart(broken, {} if same_step else None, previous)
             except BaseException:  # the results stay waiting: the next recv retries
                 if self._state is _State.RUNNING:
                     self._reset_needed[list(broken)] = True
                 raise
+            finally:
+                self._release(claim)
             self._check_open("recv")
             if outcome is not None:
-                self._settle_restart_extras(first, outcome, set(env_ids))
-                restarted.update((env_index, outcome[env_index]) for env_index in broken)
+                batch_ids = set(env_ids)
+                self._settle_restart_extras(first, outcome, batch_ids)
+                # Neighbours restarted with them (same worker) are cut short in this batch too.
+                restarted.update((env_index, reason) for env_index, reason in outcome.items()
+                                 if env_index in batch_ids)
                 broken = {}
         # No await from here on: the results leave `ready` only with the finished batch.
         batch = self._assemble_batch(env_ids, replies, broken, restarted, previous)
@@ -683,6 +695,7 @@ class AsyncVectorEnv:
             error.partial_result = batch
             raise error
         self._counters.steps += 1
+        self._env_steps[batch.env_ids] += 1
         return batch
 
     def _settle_restart_extras(self, first: FirstReady, outcome: dict[int, tuple[Any, str]],
@@ -908,6 +921,7 @@ class AsyncVectorEnv:
             if broken:
                 self._fail("step", in_flight, broken, result)
             self._counters.steps += 1
+            self._env_steps += 1
             return result
         finally:
             self._release(in_flight)
@@ -1221,8 +1235,9 @@ class AsyncVectorEnv:
             raise ClosedError(f"the vector env was closed during {operation}")
 
     def _count_restart(self, env_index: int) -> int:
-        """Count one restart of ``env_index`` → how many it has had in a row, no step between."""
-        steps = self._counters.steps
+        """Count one restart of ``env_index`` → how many it has had in a row, no step of its
+        own between."""
+        steps = int(self._env_steps[env_index])
         if steps - self._last_restart_at[env_index] <= 1:
             self._consecutive_restarts[env_index] += 1
         else:

@@ -169,7 +169,7 @@ async def test_misuse_is_refused_and_touches_nothing(anyio_backend: Any, backend
         with pytest.raises(aiovec.ResetNeededError, match="before reset"):
             envs.send(np.zeros(4, dtype=np.int64))
         await envs.reset()
-        with pytest.raises(aiovec.ResetNeededError, match="nothing to receive"):
+        with pytest.raises(aiovec.NothingSentError, match="nothing to receive"):
             await envs.recv()
         with pytest.raises(ValueError, match="expected shape"):
             envs.send(np.zeros(3, dtype=np.int64), [0, 1])
@@ -340,3 +340,143 @@ def test_the_sync_shim_sends_and_receives() -> None:
         assert sorted(received) == [0, 1, 2, 3]
     finally:
         envs.close()
+
+
+# ---------------------------------------------------------------- regressions found in review
+
+
+class BigTextEnv(gym.Env[str, str]):
+    """400 kB text actions and observations: they travel pickled and fill socket buffers."""
+
+    SIZE = 400_000
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Text(self.SIZE)
+        self.action_space = gym.spaces.Text(self.SIZE)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "a", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "b" * self.SIZE, float(len(action)), False, False, {}
+
+
+async def test_large_requests_and_replies_to_one_worker_do_not_deadlock(
+        anyio_backend: Any) -> None:
+    """Two big requests queued to one worker that is busy writing a big reply: the parent
+    must read while it writes (on trio it flushes from the waiting task itself)."""
+    async with aiovec.AsyncVectorEnv([BigTextEnv] * 2, backend="process", num_workers=1,
+                                     close_timeout=2) as envs:
+        await envs.reset(seed=0)
+        envs.send(("c" * BigTextEnv.SIZE,), [0])
+        envs.send(("c" * BigTextEnv.SIZE,), [1])
+        with anyio.fail_after(20):
+            batch = await envs.recv()
+        assert sorted(batch.env_ids.tolist()) == [0, 1]
+        assert [len(obs) for obs in batch.observations] == [BigTextEnv.SIZE] * 2
+
+
+async def test_an_inline_step_that_timed_out_before_running_never_runs(
+        anyio_backend: Any) -> None:
+    async with aiovec.AsyncVectorEnv([DelayedEnv], backend="inline") as envs:
+        await envs.reset()
+        envs.send(np.array([7]), timeout=0.05)
+        await anyio.sleep(0.1)  # the deadline passes before recv runs the step
+        with pytest.raises(aiovec.EnvTimeoutError):
+            await envs.recv()
+        await envs.reset()
+        envs.send(np.array([3]))
+        batch = await envs.recv()
+        assert batch.observations.tolist() == [[1.0]]  # one step since the reset, not two
+        assert batch.rewards.tolist() == [3.0]
+
+
+async def test_inline_requests_run_in_the_order_they_were_made(anyio_backend: Any) -> None:
+    async with aiovec.AsyncVectorEnv([DelayedEnv] * 2, backend="inline") as envs:
+        await envs.reset()
+        envs.send(np.zeros(2, dtype=np.int64))
+        assert await envs.get_attr("steps") == (1, 1)  # the sent steps ran first
+        await envs.recv()
+
+
+async def test_a_worker_neighbour_in_the_same_batch_is_reported_restarted(
+        anyio_backend: Any) -> None:
+    """Sub-env 1 (healthy result) shares a worker with sub-env 0, which kills it: both rows
+    of the batch say restarted, as ``step`` would."""
+    from aiovec.testing import Fault
+    from tests.faults.envs import faulty
+
+    factories = faulty(2, faults={0: [Fault("exit", "step", at=1)]})
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=1,
+                                     restart=True) as envs:
+        await envs.reset(seed=0)
+        envs.send(np.ones(2, dtype=np.int64))
+        await envs.recv()
+        envs.send(np.ones(2, dtype=np.int64))
+        batch = await envs.recv()
+        assert batch.truncations.tolist() == [True, True]
+        assert all(batch.infos["_restart"])
+
+
+async def test_no_send_or_reset_while_recv_restarts_a_sub_env(anyio_backend: Any) -> None:
+    """While ``recv`` remakes a failed sub-env, other tasks are refused (``BusyError``)
+    instead of racing the restart."""
+    started, finish = anyio.Event(), anyio.Event()
+
+    class SlowToRemake(aiovec.AsyncEnv[Any, Any]):
+        made = 0
+
+        def __init__(self) -> None:
+            self.observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
+            self.action_space = gym.spaces.Discrete(1000)
+            SlowToRemake.made += 1
+            self.fail = SlowToRemake.made == 1
+
+        async def reset(self, *, seed: int | None = None,
+                        options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+            if not self.fail:  # the remade one, reset by the restart
+                started.set()
+                await finish.wait()
+            return np.zeros(1), {}
+
+        async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+            if self.fail:
+                raise RuntimeError("boom")
+            return np.ones(1), 1.0, False, False, {}
+
+    factories = [SlowToRemake, functools.partial(AsyncDelayedEnv)]
+    async with aiovec.AsyncVectorEnv(factories, backend="async",
+                                     autoreset_mode="SameStep", restart=True) as envs:
+        await envs.reset()
+        envs.send(np.zeros(1, dtype=np.int64), [0])
+        async with anyio.create_task_group() as group:
+            group.start_soon(envs.recv)
+            await started.wait()
+            with pytest.raises(aiovec.BusyError, match="restarting"):
+                envs.send(np.zeros(1, dtype=np.int64), [1])
+            with pytest.raises(aiovec.BusyError, match="restarting"):
+                await envs.reset()
+            finish.set()
+
+
+@pytest.mark.parametrize("backend", ["thread", "async"])
+async def test_a_sub_env_given_up_on_gives_its_concurrency_permit_back(
+        anyio_backend: Any, backend: str) -> None:
+    """``max_concurrency=1``: after sub-env 0 misses its deadline, the others still run."""
+    factories = [delayed(backend, (0.0, 3.0))] + [delayed(backend)] * 2
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, max_concurrency=1) as envs:
+        await envs.reset()
+        envs.send(np.zeros(1, dtype=np.int64), [0])
+        await envs.recv()
+        envs.send(np.zeros(1, dtype=np.int64), [0], timeout=0.2)  # its 3 s step
+        envs.send(np.zeros(2, dtype=np.int64), [1, 2], timeout=10.0)
+        with anyio.fail_after(2.5), pytest.raises(aiovec.EnvTimeoutError) as raised:
+            await envs.recv(batch_size=3)  # sub-env 0 times out; 1 and 2 get their turn
+        assert raised.value.env_indices == (0,)
+        batch = raised.value.partial_result
+        assert sorted(batch.env_ids.tolist()) == [0, 1, 2]
+        assert batch.observations[batch.env_ids != 0, 0].tolist() == [1.0, 1.0]
+        with anyio.fail_after(5):
+            await envs.reset()  # the remake of sub-env 0 gets a permit too

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -28,7 +29,7 @@ from aiovec._core._slot import EnvDescription, Failure, Op
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
 
-__all__ = ["CoroutineBackend"]
+__all__ = ["AsyncBackend"]
 
 # (request, payload, where the reply goes or None to drop it, position in that request)
 _Job = tuple[Op, Any, "_AsyncPending | None", int]
@@ -42,7 +43,7 @@ class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
     __slots__ = ("autoreset_mode", "busy", "discarded", "env", "env_index", "jobs",
-                 "needs_reset", "step_timer", "task")
+                 "needs_reset", "running", "step_timer", "task")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
                  step_timer: Callable[[float], None]) -> None:
@@ -54,7 +55,9 @@ class _AsyncSlot:
         #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
         self.jobs: collections.deque[_Job] = collections.deque()
         self.busy = False
-        #: Given up on (deadline missed): its running request is cancelled, its env closed.
+        #: True while a request's task is inside ``_serve`` (so cancelling it unwinds it).
+        self.running = False
+        #: Given up on (deadline missed): its request is cancelled, its env then closed.
         self.discarded = False
         self.task: _Cancellable | None = None
 
@@ -192,13 +195,15 @@ def _task_spawner() -> Spawner:
             await serve(slot)
 
     def spawn_trio(serve: Serve, slot: _AsyncSlot) -> None:
-        # A system task: requests run whether or not anyone awaits them (like a thread).
-        trio.lowlevel.spawn_system_task(in_scope, serve, slot, name=f"aiovec-env-{slot.env_index}")
+        # A system task: requests run whether or not anyone awaits them (like a thread). It
+        # gets the caller's context variables, as an asyncio task does.
+        trio.lowlevel.spawn_system_task(in_scope, serve, slot, name=f"aiovec-env-{slot.env_index}",
+                                        context=contextvars.copy_context())
 
     return spawn_trio
 
 
-class CoroutineBackend(Backend):
+class AsyncBackend(Backend):
     """Coroutine sub-envs stepped concurrently as tasks on the caller's event loop."""
 
     name: ClassVar[str] = "async"
@@ -215,10 +220,15 @@ class CoroutineBackend(Backend):
         #: Slots whose next request waits for a free permit, first come first served.
         self._waiting: collections.deque[_AsyncSlot] = collections.deque()
         self._lost: set[int] = set()
+        #: Slots given up on whose env is not closed yet (closed by their own task).
+        self._retired: set[_AsyncSlot] = set()
+        self._retired_closed: anyio.Event | None = None  # set once none is left (aclose)
         self._closing = False
+        self._cancelled_all = False
 
     async def start(self) -> Pending:
         self._spawn = _task_spawner()
+        self._cancelled = anyio.get_cancelled_exc_class()
         self.latencies = LatencyLog.allocate(self.num_envs)
         self._slots = [self._new_slot(index) for index in range(self.num_envs)]
         return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
@@ -258,33 +268,49 @@ class CoroutineBackend(Backend):
             self._spawn(self._serve, waiting.popleft())
 
     async def _serve(self, slot: _AsyncSlot) -> None:
-        """One request's task: run it, deliver its reply (a sub-env exception as a
-        ``Failure``), hand the permit on."""
-        op, payload, pending, position = slot.jobs.popleft()
+        """One request's task: run it, deliver its reply (any exception of the sub-env's
+        own as a ``Failure``), hand the permit on.
+
+        Everything is inside ``try``: a task may find its request withdrawn (the sub-env was
+        given up on before the task ran), and must give its permit back all the same.
+        """
+        slot.running = True
         try:
-            try:
-                if op is Op.STEP:
-                    reply = await slot.step(payload)
-                else:
-                    reply = await _HANDLERS[op](slot, payload)
-            except Exception as exc:
-                reply = Failure.capture(slot.env_index, op.value, exc)
-            if pending is not None and not slot.discarded:
-                pending.deliver(position, reply)
-        finally:
-            self._running -= 1
-            slot.task = None
-            if slot.discarded:
-                slot.discarded = False
-                slot.jobs.clear()
-                if slot.env is not None:  # close what the cancelled request left behind
-                    slot.jobs.append((Op.CLOSE, None, None, 0))
             if slot.jobs:
-                self._waiting.append(slot)
-            else:
-                slot.busy = False
-            if self._waiting:
-                self._start_waiting()
+                op, payload, pending, position = slot.jobs.popleft()
+                try:
+                    if op is Op.STEP:
+                        reply = await slot.step(payload)
+                    else:
+                        reply = await _HANDLERS[op](slot, payload)
+                except self._cancelled:
+                    raise
+                except BaseException as exc:  # SystemExit & co. from the env: its failure
+                    reply = Failure.capture(slot.env_index, op.value, exc)
+                if pending is not None and not slot.discarded:
+                    pending.deliver(position, reply)
+        finally:
+            slot.running = False
+            slot.task = None
+            self._running -= 1
+            self._next_job(slot)
+
+    def _next_job(self, slot: _AsyncSlot) -> None:
+        """A slot's request is over: queue its next one (a discarded slot's next job closes
+        its env), then start what the freed permit allows."""
+        if slot.discarded and slot.env is not None and not slot.jobs:
+            slot.jobs.append((Op.CLOSE, None, None, 0))
+        if slot.discarded and slot.env is None:
+            self._retired.discard(slot)
+            if not self._retired and self._retired_closed is not None:
+                self._retired_closed.set()
+        # Closing, only the envs given up on earlier still get to close, until all is cancelled.
+        if slot.jobs and not self._cancelled_all and (slot.discarded or not self._closing):
+            self._waiting.append(slot)
+        else:
+            slot.busy = False
+        if self._waiting:
+            self._start_waiting()
 
     def lost_envs(self) -> list[int]:
         return sorted(self._lost)
@@ -299,11 +325,13 @@ class CoroutineBackend(Backend):
                 if pending is not None:
                     pending.deliver(position, _lost(env_index, _op))
             slot.jobs.clear()
-            if slot.task is not None:
-                slot.discarded = True
-                slot.task.cancel()
-            elif slot.env is not None:  # waiting for a permit: close its env in turn
-                slot.jobs.append((Op.CLOSE, None, None, 0))
+            slot.discarded = True
+            self._retired.add(slot)
+            if slot.running and slot.task is not None:
+                slot.task.cancel()  # its task then closes the env
+            elif not slot.busy:  # idle: close its env in a request of its own
+                self._next_job(slot)
+            # else: its task, or its permit, is still to come; it then closes the env
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         if self._closing:
@@ -321,15 +349,19 @@ class CoroutineBackend(Backend):
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(timeout):
                 await pending.wait()
+                if self._retired:  # envs given up on earlier are still closing
+                    self._retired_closed = anyio.Event()
+                    await self._retired_closed.wait()
             self._cancel_all()
             await anyio.lowlevel.checkpoint()  # let the cancelled tasks unwind
         return pending
 
     def _cancel_all(self) -> None:
+        self._cancelled_all = True
         self._waiting.clear()
-        for slot in self._slots:
+        for slot in [*self._slots, *self._retired]:
             slot.jobs.clear()
-            if slot.task is not None:
+            if slot.running and slot.task is not None:
                 slot.task.cancel()
 
     def close_nowait(self) -> None:

@@ -233,3 +233,42 @@ async def test_seeds_get_attr_call_and_adapter(anyio_backend: Any) -> None:
         await envs.set_attr("marker", ["a", "b"])
         assert await envs.get_attr("marker") == ("a", "b")
         assert await envs.call("get_wrapper_attr", "steps") == (0, 0)
+
+
+class GivesUpEnv(IOEnv):
+    """Raises ``SystemExit`` in its step: an error of the sub-env's, not the loop's end."""
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        raise SystemExit("the env gave up")
+
+
+async def test_a_base_exception_from_a_sub_env_is_its_failure(anyio_backend: Any) -> None:
+    async with aiovec.AsyncVectorEnv([IOEnv, GivesUpEnv], backend="async") as envs:
+        await envs.reset()
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.step(np.zeros(2, dtype=np.int64))
+        assert raised.value.env_indices == (1,)
+        assert isinstance(raised.value.exceptions[0].__cause__, SystemExit)
+
+
+class SlowCloseEnv(IOEnv):
+    """Its ``close`` takes 0.3 s, as a graceful disconnect would."""
+
+    async def close(self) -> None:
+        await anyio.sleep(0.3)
+        await super().close()
+
+
+async def test_close_waits_for_the_envs_given_up_on_to_close(anyio_backend: Any) -> None:
+    made: list[SlowCloseEnv] = []
+
+    def make() -> SlowCloseEnv:
+        made.append(SlowCloseEnv(hang_at=None if made else 0))
+        return made[-1]
+
+    envs = aiovec.AsyncVectorEnv([make], backend="async", timeout=0.1)
+    await envs.reset()
+    with pytest.raises(aiovec.EnvTimeoutError):
+        await envs.step(np.zeros(1, dtype=np.int64))
+    await envs.aclose()  # the hung env, given up on, is closing on its own task meanwhile
+    assert made[0].closed.is_set()
