@@ -200,6 +200,8 @@ class _ProcessPending(Pending):
             await self._future
         else:  # no readiness callbacks (trio): read the workers' sockets in turn
             backend = self._backend
+            # A cancellation point even when every reply is in already, as on asyncio.
+            await anyio.lowlevel.checkpoint_if_cancelled()
             try:
                 for worker in list(self._owing):
                     await backend.flush(worker)
