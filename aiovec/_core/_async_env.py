@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-__all__ = ["AsyncEnv", "is_async_env", "makes_async_envs"]
+__all__ = ["AsyncEnv", "CoroutineEnvError", "is_async_env", "makes_async_envs"]
 
 ObsType = TypeVar("ObsType")
 ActType = TypeVar("ActType")
@@ -94,6 +94,11 @@ class AsyncEnv(Generic[ObsType, ActType]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} (async)>"
+
+
+class CoroutineEnvError(TypeError):
+    """A factory made a coroutine env where plain ``gymnasium.Env``s run (not the async
+    backend); ``backend="auto"`` then switches to ``"async"``."""
 
 
 def is_async_env(env: object) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from aiovec._core._async_env import is_async_env
+from aiovec._core._async_env import CoroutineEnvError, is_async_env
 
 __all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome"]
 
@@ -101,8 +101,8 @@ class EnvSlot:
                 old.close()
         env = env_fn()
         if is_async_env(env):
-            raise TypeError(f"the env factory returned {type(env).__name__}, a coroutine env "
-                            "(async def step): run it with backend='async'")
+            raise CoroutineEnvError(f"the env factory returned {type(env).__name__}, a coroutine "
+                                    "env (async def step): run it with backend='async'")
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
         self.env = env

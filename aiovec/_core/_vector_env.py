@@ -24,6 +24,7 @@ from aiovec._backends._base import NO_REPLY, Arrivals, Backend, BatchBuffers, Pe
 from aiovec._backends._loop_wakeup import threadsafe_caller
 from aiovec._backends._shared_memory import read_row
 from aiovec._core._actions import ActionChecker
+from aiovec._core._async_env import CoroutineEnvError
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import copy_observations, take_rows
@@ -216,6 +217,11 @@ class AsyncVectorEnv:
         backend_class = load_backend(self.backend_name)
         backend_options = {key: value for key, value in options.items() if value is not None}
         self._backend: Backend = backend_class(env_fns, self.autoreset_mode, **backend_options)
+        # "auto" could not tell coroutine envs made by plain callables: it finds out at start.
+        self._may_switch_to_async = (backend == "auto" and self.backend_name != "async"
+                                     and set(backend_options) <= {"max_concurrency"})
+        self._env_fns = list(env_fns)
+        self._backend_options = backend_options
         self._state = _State.CREATED
         self._in_flight: _InFlight | None = None
         self._metadata: dict[str, Any] = {}
@@ -248,7 +254,24 @@ class AsyncVectorEnv:
         self._check_not_closed("start")
         if self._state is _State.STARTING or self._in_flight is not None:
             raise BusyError("another task is already starting this vector env")
+        try:
+            await self._start(timeout)
+        except SubEnvErrorGroup as error:
+            if not (self._may_switch_to_async and self._start_failed_alone
+                    and all(isinstance(sub_error.__cause__, CoroutineEnvError)
+                            for sub_error in error.exceptions)):
+                raise
+            logger.info("backend='auto': the sub-envs are coroutine envs, switching to 'async'")
+            self._may_switch_to_async = False
+            self.backend_name = "async"
+            self._backend = load_backend("async")(self._env_fns, self.autoreset_mode,
+                                                  **self._backend_options)
+            self._state = _State.CREATED
+            await self._start(timeout)
+
+    async def _start(self, timeout: float | None) -> None:
         self._state = _State.STARTING
+        self._start_failed_alone = False
         try:
             pending = await self._backend.start()
             self._in_flight = _InFlight("start", Op.MAKE, pending.env_indices, (), pending)
@@ -260,6 +283,7 @@ class AsyncVectorEnv:
             self._in_flight = None
             if self._state is not _State.CLOSED:  # else another task's aclose closed it all
                 self._state = _State.CLOSED
+                self._start_failed_alone = True
                 with anyio.CancelScope(shield=True):
                     await self._backend.aclose(self.close_timeout)
             raise

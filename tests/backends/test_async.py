@@ -136,6 +136,18 @@ async def test_backend_auto_picks_async_for_async_env_classes(anyio_backend: Any
     assert partial_envs.backend_name == "async"
 
 
+@pytest.mark.parametrize("num_envs", [1, 3])  # "auto" first picks thread, then process
+async def test_backend_auto_finds_coroutine_envs_made_by_plain_callables(
+        anyio_backend: Any, num_envs: int, no_leaks: None) -> None:
+    envs = aiovec.AsyncVectorEnv([lambda: IOEnv(0.01)] * num_envs)
+    assert envs.backend_name != "async"  # a lambda says nothing until it is called
+    async with envs:
+        assert envs.backend_name == "async"
+        await envs.reset()
+        obs, *_ = await envs.step(np.zeros(num_envs, dtype=np.int64))
+        assert obs.tolist() == [[1.0]] * num_envs
+
+
 async def test_a_plain_env_on_the_async_backend_and_vice_versa_say_what_to_do(
         anyio_backend: Any) -> None:
     with pytest.raises(aiovec.SubEnvErrorGroup, match="start") as raised:
