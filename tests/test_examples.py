@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,20 +34,69 @@ def run_example(*args: str) -> str:
     return completed.stdout
 
 
-def test_first_ready_example_reports_both_rates() -> None:
+@pytest.mark.parametrize(("backend", "loop"),
+                         [("async", "asyncio"), ("async", "trio"), ("thread", "asyncio")])
+def test_first_ready_example_reports_every_rate(backend: str, loop: str) -> None:
     out = run_example(str(EXAMPLES / "first_ready.py"), "--num-envs", "8", "--batch-size", "4",
-                      "--seconds", "0.5")
+                      "--seconds", "0.3", "--backend", backend, "--loop", loop)
     rates = [float(match.replace(",", "")) for match in re.findall(r"([\d,]+) steps/s", out)]
-    assert len(rates) == 2 and all(rate > 0 for rate in rates), out
-    assert "backend='async'" in out
+    assert len(rates) == 3 and all(rate > 0 for rate in rates), out  # step, recv, batches
+    assert f"backend={backend!r}" in out
+    assert "envs.recv()" in out and "envs.batches()" in out
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
 def test_tcp_example_honours_max_concurrency(loop: str) -> None:
     out = run_example(str(EXAMPLES / "async_env_tcp.py"), "--num-envs", "12", "--steps", "30",
                       "--max-concurrency", "4", "--loop", loop)
+    rate = re.search(r"([\d,]+) steps/s", out)
+    assert rate is not None and float(rate.group(1).replace(",", "")) > 0, out
+    assert re.search(r"episodes finished: \d+", out), out
     served = re.search(r"server: (\d+) requests, at most (\d+) at once", out)
     assert served is not None, out
     requests, peak = int(served.group(1)), int(served.group(2))
     assert requests == 12 * (30 + 1)  # one reset and 30 steps each, nothing lost or repeated
     assert 1 <= peak <= 4, out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_tcp_example_server_speaks_json_lines_on_its_own(loop: str) -> None:
+    """``--serve`` runs only the simulator; a plain blocking socket can drive it, and SIGTERM
+    stops it cleanly."""
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "async_env_tcp.py"), "--serve", "--loop", loop],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert server.stdout is not None
+        banner = server.stdout.readline()
+        listening = re.search(r"listening on 127\.0\.0\.1:(\d+)", banner)
+        assert listening is not None, banner
+        address = ("127.0.0.1", int(listening.group(1)))
+        with (
+            socket.create_connection(address, timeout=10) as conn,
+            conn.makefile("rwb") as lines,
+        ):
+
+            def ask(request: bytes) -> dict[str, Any]:
+                lines.write(request + b"\n")
+                lines.flush()
+                reply: dict[str, Any] = json.loads(lines.readline())
+                return reply
+
+            first = ask(b'{"op": "reset", "seed": 7}')
+            assert first.keys() == {"obs"}
+            assert ask(b'{"op": "reset", "seed": 7}') == first  # seeded: the same start
+            x, v = first["obs"]
+            assert -1 <= x <= 1 and v == 0
+            step = ask(b'{"op": "step", "force": 1.0}')  # v' = 0.9 v + 0.1 f, x' = x + 0.1 v'
+            assert step["obs"] == pytest.approx([x + 0.01, 0.1])
+            assert step["reward"] == pytest.approx(-abs(x + 0.01))
+            assert isinstance(step["done"], bool)
+            assert "error" in ask(b"not json")
+            assert "error" in ask(b'{"op": "teleport"}')
+            assert "obs" in ask(b'{"op": "step", "force": 0.0}')  # still serving after errors
+    finally:
+        server.terminate()
+        _, errors = server.communicate(timeout=10)
+    assert server.returncode == 0 and "Traceback" not in errors, errors

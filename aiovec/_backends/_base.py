@@ -181,7 +181,7 @@ class Backend(abc.ABC):
 
     def __init__(
         self,
-        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        env_fns: Sequence[Callable[[], Any]],
         autoreset_mode: AutoresetMode,
         **options: Any,
     ) -> None:

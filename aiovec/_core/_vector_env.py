@@ -7,7 +7,7 @@ import enum
 import logging
 import math
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NoReturn
@@ -24,7 +24,7 @@ from aiovec._backends._base import NO_REPLY, Arrivals, Backend, BatchBuffers, Pe
 from aiovec._backends._loop_wakeup import threadsafe_caller
 from aiovec._backends._shared_memory import read_row
 from aiovec._core._actions import ActionChecker
-from aiovec._core._async_env import CoroutineEnvError
+from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import copy_observations, take_rows
@@ -53,7 +53,9 @@ __all__ = ["AsyncVectorEnv", "EnvFactory"]
 
 logger = logging.getLogger("aiovec")
 
-EnvFactory = Callable[[], gym.Env[Any, Any]]
+#: What makes a sub-env: a ``gymnasium.Env`` for most backends, a coroutine env (``AsyncEnv``,
+#: or an awaitable of one) for ``backend="async"``.
+EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 StepResult = tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]
 
