@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiovec._core._async_env import makes_async_envs
@@ -13,7 +13,10 @@ from aiovec._core._async_env import makes_async_envs
 if TYPE_CHECKING:
     from aiovec._backends._base import Backend
 
-__all__ = ["BACKEND_NAMES", "load_backend", "resolve_backend_name"]
+__all__ = ["BACKEND_NAMES", "ActorOptions", "load_backend", "resolve_backend_name"]
+
+#: The Ray backend's ``actor_options``: one mapping for every actor, or one per actor.
+ActorOptions = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 # name -> (module, class, the pip extra that provides its dependencies, if any)
 _REGISTRY: dict[str, tuple[str, str, str | None]] = {
@@ -21,17 +24,21 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "thread": ("aiovec._backends._thread", "ThreadBackend", None),
     "process": ("aiovec._backends._process", "ProcessBackend", None),
     "async": ("aiovec._backends._async", "AsyncBackend", None),
+    "ray": ("aiovec._backends._ray", "RayBackend", "ray"),
 }
 
 BACKEND_NAMES = ("auto", *_REGISTRY)
 
 #: Keyword options only some backends understand, and which.
 BACKEND_OPTIONS = {
-    "num_workers": ("process",),
+    "num_workers": ("process", "ray"),
     "start_method": ("process",),
     "max_concurrency": ("async", "thread", "inline"),
+    "address": ("ray",),
+    "actor_options": ("ray",),
 }
 PROCESS_OPTIONS = ("num_workers", "start_method")
+RAY_OPTIONS = ("address", "actor_options")
 
 
 def _processes_available() -> bool:
@@ -42,7 +49,8 @@ def _processes_available() -> bool:
 def resolve_backend_name(name: str, env_fns: Sequence[Any], options: dict[str, Any]) -> str:
     """Pick the concrete backend for ``name``; the rule for ``"auto"`` is in the README.
 
-    ``"auto"``: ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"process"``
+    ``"auto"``: ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"ray"`` when
+    Ray options were given; else ``"process"``
     when process options were given, or when there are at least two sub-envs, at least two
     usable CPUs, and the platform can start workers; else ``"thread"``.
     """
@@ -64,6 +72,8 @@ def _listed(names: Sequence[str]) -> str:
 def _auto_backend(env_fns: Sequence[Any], options: dict[str, Any]) -> str:
     if makes_async_envs(env_fns[0]):
         return "async"
+    if any(options.get(key) is not None for key in RAY_OPTIONS):
+        return "ray"
     if any(options.get(key) is not None for key in PROCESS_OPTIONS):
         return "process"
     if options.get("max_concurrency") is not None:
@@ -81,7 +91,7 @@ def load_backend(name: str) -> type[Backend]:
     module_name, class_name, extra = _REGISTRY[name]
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:  # pragma: no cover - exercised once optional backends exist
+    except ImportError as exc:
         hint = f": pip install 'aiovec[{extra}]'" if extra else ""
         raise ImportError(f"the {name!r} backend needs extra dependencies{hint}") from exc
     backend: type[Backend] = getattr(module, class_name)

@@ -15,13 +15,13 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._portable import picklable, portable
 from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._shared_memory import (
     BlockLayout,
@@ -32,7 +32,6 @@ from aiovec._backends._shared_memory import (
     write_row,
 )
 from aiovec._core._slot import EnvSlot, Failure, Op
-from aiovec._exceptions import SerializationError
 
 __all__ = ["main", "worker_main"]
 
@@ -60,29 +59,6 @@ def _exit_with_parent(lifeline: int) -> None:
             os._exit(70)
 
     threading.Thread(target=watch, name="aiovec-lifeline", daemon=True).start()
-
-
-def portable(failure: Failure) -> Failure:
-    """The failure, its exception replaced by a ``SerializationError`` if that exception would
-    not survive the trip to the parent (the original traceback text is kept)."""
-    try:
-        pickle.loads(dumps(failure.exception))
-    except Exception as error:
-        cause = SerializationError(
-            f"the exception of sub-env {failure.env_index} could not be pickled ({error}): "
-            f"{failure.exception!r:.200}")
-        return Failure(failure.env_index, failure.phase, cause,
-                       failure.description + " (the exception itself could not be pickled)",
-                       failure.traceback)
-    return failure
-
-
-def _unpicklable(env_index: int, phase: str, value: Any, error: Exception) -> Failure:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    message = (f"the {phase} result of sub-env {env_index} could not be pickled ({error}): "
-               f"{value!r:.200}")
-    return Failure(env_index, phase, SerializationError(message),
-                   f"SerializationError: {message}", text)
 
 
 def _actions_come_in_frames(env_index: int) -> Any:
@@ -200,17 +176,9 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
     try:
         return encode(Kind.REPLY, sequence, dumps(replies))
     except Exception:
-        safe = [_picklable(phase, env_index, reply)
+        safe = [picklable(phase, env_index, reply)
                 for env_index, reply in zip(env_indices, replies)]
         return encode(Kind.REPLY, sequence, dumps(safe))
-
-
-def _picklable(phase: str, env_index: int, reply: Any) -> Any:
-    try:
-        pickle.loads(dumps(reply))
-    except Exception as error:
-        return _unpicklable(env_index, phase, reply, error)
-    return reply
 
 
 def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
@@ -284,7 +252,7 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
             try:
                 frame = encode(Kind.REPLY, sequence, dumps(extras) if extras else b"")
             except Exception:
-                safe = [(env_index, _picklable("step", env_index, entry))
+                safe = [(env_index, picklable("step", env_index, entry))
                         for env_index, entry in extras]
                 frame = encode(Kind.REPLY, sequence, dumps(safe))
             sock.sendall(frame)

@@ -19,7 +19,7 @@ from gymnasium.error import CustomSpaceError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from aiovec._backends import load_backend, resolve_backend_name
+from aiovec._backends import ActorOptions, load_backend, resolve_backend_name
 from aiovec._backends._base import NO_REPLY, Arrivals, Backend, BatchBuffers, Pending, Remade
 from aiovec._backends._loop_wakeup import threadsafe_caller
 from aiovec._backends._shared_memory import read_row
@@ -158,6 +158,10 @@ class AsyncVectorEnv:
       hosting a share of the sub-envs, results in shared memory; ``start_method`` defaults to
       ``"forkserver"`` (safe when the parent has threads);
     - ``"async"``: coroutine sub-envs (``aiovec.AsyncEnv``) as tasks on the event loop itself;
+    - ``"ray"`` (``pip install 'aiovec[ray]'``): ``num_workers`` Ray actors (default: one per
+      CPU of the cluster), each hosting a share of the sub-envs; Ray is found at ``address``
+      unless initialised already, and ``actor_options`` (resources, scheduling strategy,
+      placement group, ...) go to Ray unchanged;
     - ``"auto"`` (default): picks one for you (see the README).
 
     ``max_concurrency`` (async and thread backends) caps how many sub-envs work at once.
@@ -186,6 +190,8 @@ class AsyncVectorEnv:
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
+        address: str | None = None,
+        actor_options: ActorOptions | None = None,
     ) -> None:
         candidate: object = env_fns  # checked as an object: callers may pass anything
         if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
@@ -210,7 +216,8 @@ class AsyncVectorEnv:
         self.batch_size: int = (_check_count(batch_size, "batch_size", self.num_envs)
                                 or self.num_envs)
         options = {"num_workers": num_workers, "start_method": start_method,
-                   "max_concurrency": _check_count(max_concurrency, "max_concurrency")}
+                   "max_concurrency": _check_count(max_concurrency, "max_concurrency"),
+                   "address": address, "actor_options": actor_options}
         self.backend_name = resolve_backend_name(backend, env_fns, options)
         if backend == "auto":
             logger.info("backend='auto' picked %r for %d sub-envs", self.backend_name,

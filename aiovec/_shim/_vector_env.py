@@ -19,6 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
+from aiovec._backends import ActorOptions
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._spaces import ObservationMode
@@ -52,7 +53,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
     method; workers are always daemonic and shared memory is used whenever the spaces allow)
     and ``aiovec.AsyncVectorEnv``'s keywords (``backend``, ``timeout``, ``close_timeout``,
-    ``restart``, ``batch_size``, ``max_concurrency``, ``num_workers``). A ``timeout=None`` in
+    ``restart``, ``batch_size``, ``max_concurrency``, ``num_workers``, ``address``,
+    ``actor_options``). A ``timeout=None`` in
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
@@ -75,6 +77,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         batch_size: int | None = None,
         max_concurrency: int | None = None,
         num_workers: int | None = None,
+        address: str | None = None,
+        actor_options: ActorOptions | None = None,
     ) -> None:
         if worker is not None:
             raise ValueError("aiovec runs its own sub-env hosts: "
@@ -87,7 +91,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
             restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
-            num_workers=num_workers, start_method=context,
+            num_workers=num_workers, start_method=context, address=address,
+            actor_options=actor_options,
         )
         self.num_envs = self._env.num_envs
         self.copy = copy

@@ -1,0 +1,376 @@
+"""The Ray backend: sub-envs in Ray actors, several per actor, on one machine or a cluster.
+
+Each actor (``_ray_actor.EnvHost``) hosts a contiguous share of the sub-envs and serves one
+batched call per request, so a vector step is one round trip per actor. Replies come back as
+Ray object refs; each ref's completion callback (Ray's own thread, the mechanism behind
+``await ref``) hands the reply to the event loop with its thread-safe "call soon", on asyncio
+and trio alike, so the loop never blocks on Ray.
+
+aiovec owns failures: actors are created with ``max_restarts=0`` and ``max_task_retries=0``
+(Ray's retries would re-run a step on a freshly restarted env). A dead actor, or the death of
+its node, fails what it owed with ``WorkerDiedError``; a sub-env that misses a deadline gets
+its actor killed (``ray.cancel`` cannot interrupt a running call on a sync actor); ``remake``
+creates a new actor with the same options, which Ray may place on another node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import cloudpickle
+import gymnasium as gym
+import ray
+from gymnasium.vector import AutoresetMode
+from ray.exceptions import RayActorError
+
+from aiovec._backends import ActorOptions
+from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._backends._ray_actor import EnvHost
+from aiovec._core._slot import Failure, Op
+from aiovec._core._spaces import VectorSpaces
+from aiovec._exceptions import ClosedError, WorkerDiedError
+
+__all__ = ["RayBackend"]
+
+#: Actor options aiovec sets itself, and why a user may not.
+_OWNED_OPTIONS = {
+    "max_restarts": "aiovec restarts sub-envs itself (restart=...): a Ray restart would hand "
+                    "back a fresh env in the middle of an episode",
+    "max_task_retries": "a retried step would run on a freshly restarted (reset) env",
+    "max_concurrency": "a sub-env is stepped by one call at a time",
+}
+#: An actor steps its sub-envs: it holds one CPU unless told otherwise (``num_cpus=0``).
+_DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1}
+#: Spaces whose batches are plain arrays: an actor's share of a step is one slice of them.
+_ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                 gym.spaces.MultiBinary)
+
+_RemoteEnvHost: Any = ray.remote(EnvHost)
+
+
+@dataclass(eq=False)
+class _Actor:
+    """The driver's handle on one actor and the sub-envs it hosts."""
+
+    index: int
+    env_indices: range
+    handle: Any
+    alive: bool = True
+    #: Why it is dead: the cause of every failure it reports from then on.
+    death: WorkerDiedError | None = None
+    #: Requests it owes a reply to.
+    outstanding: set[_RayPending] = field(default_factory=set)
+
+
+class _RayPending(Pending):
+    """Replies to one request, one batched reply per actor, settled in the loop's thread."""
+
+    __slots__ = ("_backend", "_done", "_owing")
+
+    def __init__(self, backend: RayBackend, op: Op, env_indices: Sequence[int],
+                 arrivals: Arrivals | None) -> None:
+        super().__init__(op, env_indices, arrivals)
+        self._backend = backend
+        #: The positions (in this request) of the sub-envs each actor still owes.
+        self._owing: dict[_Actor, Sequence[int]] = {}
+        self._done = anyio.Event()
+
+    def expect(self, actor: _Actor, positions: Sequence[int], reference: Any) -> None:
+        self._owing[actor] = positions
+        actor.outstanding.add(self)
+        wake = self._backend.wake
+        reference.future().add_done_callback(functools.partial(_completed, wake, self, actor))
+
+    def settle(self, actor: _Actor, future: Future[list[Any]]) -> None:
+        """The actor's call ended (runs in the loop's thread)."""
+        positions = self._owing.get(actor)
+        if positions is None:  # failed already: its actor was discarded or died
+            return
+        try:
+            replies = future.result()
+        except RayActorError as error:
+            self._backend.actor_died(actor, error)  # fails this request and all it owed
+            return
+        except Exception as error:  # Ray could not run the call (e.g. an argument it lost)
+            replies = [Failure(self.env_indices[position], self.op.value, error,
+                               f"{type(error).__name__}: {error}", str(error))
+                       for position in positions]
+        self._store(actor, positions, replies)
+
+    def fail(self, actor: _Actor, positions: Sequence[int], reason: WorkerDiedError) -> None:
+        """The actor will never answer for ``positions`` (closing a dead actor is a no-op)."""
+        if self.op is Op.CLOSE:
+            self._store(actor, positions, [None] * len(positions))
+            return
+        self._store(actor, positions, [
+            Failure(self.env_indices[position], self.op.value, reason, str(reason), "")
+            for position in positions])
+
+    def fail_owed(self, actor: _Actor, reason: WorkerDiedError) -> None:
+        positions = self._owing.get(actor)
+        if positions is not None:
+            self.fail(actor, positions, reason)
+
+    def _store(self, actor: _Actor, positions: Sequence[int], replies: Sequence[Any]) -> None:
+        self._owing.pop(actor, None)
+        actor.outstanding.discard(self)
+        for position, reply in zip(positions, replies):
+            self.replies[position] = reply
+        if self.arrivals is not None:
+            for position in positions:
+                self.arrivals.land(self, position)
+        if not self._owing:
+            self._done.set()
+
+    def check_done(self) -> None:
+        if not self._owing:
+            self._done.set()
+
+    async def wait(self) -> None:
+        if self._done.is_set():
+            await anyio.lowlevel.checkpoint()
+        else:
+            await self._done.wait()
+
+    def abort(self) -> None:
+        self._done.set()
+
+
+def _completed(wake: ThreadsafeCaller, pending: _RayPending, actor: _Actor,
+               future: Future[list[Any]]) -> None:
+    """A ref's completion callback (Ray's thread): settle it in the event loop's thread."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+        wake(functools.partial(pending.settle, actor, future))
+
+
+class RayBackend(Backend):
+    """Sub-envs in ``num_workers`` Ray actors (default: one per CPU of the cluster).
+
+    ``address`` is where to find Ray when it is not initialised in this process yet
+    (``"auto"``, ``"ray://host:port"``, or ``"local"`` to start Ray here); an initialised
+    runtime is used as it is. ``actor_options`` go to ``ActorClass.options`` unchanged (one
+    mapping for every actor, or one per actor): resources, custom resources, scheduling
+    strategies, placement groups, runtime envs.
+    """
+
+    name: ClassVar[str] = "ray"
+    in_process: ClassVar[bool] = False
+
+    def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
+                 num_workers: int | None = None, address: str | None = None,
+                 actor_options: ActorOptions | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode)
+        if num_workers is not None and not 1 <= num_workers <= self.num_envs:
+            raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
+                             f"got {num_workers}")
+        self.num_workers = num_workers
+        self.address = address
+        self._actor_options = _check_actor_options(actor_options, num_workers)
+        self._actors: list[_Actor] = []
+        self._actor_of: list[int] = []
+        self._blobs: list[bytes] = []
+        #: Each actor's share of a request to every sub-env: (actor index, positions).
+        self._every_share: list[tuple[int, range]] = []
+        self._every_env: tuple[int, ...] = tuple(range(self.num_envs))
+        self._closing = False
+        self.wake: ThreadsafeCaller
+
+    # ------------------------------------------------------------------ start-up
+
+    async def start(self) -> Pending:
+        self.wake = threadsafe_caller()
+        cpus = await anyio.to_thread.run_sync(_connect, self.address)
+        num_actors = self.num_workers or max(1, min(self.num_envs, cpus))
+        if isinstance(self._actor_options, list) and len(self._actor_options) != num_actors:
+            raise ValueError(f"actor_options has {len(self._actor_options)} entries for "
+                             f"{num_actors} actors")
+        bounds = [self.num_envs * index // num_actors for index in range(num_actors + 1)]
+        shares = [range(bounds[index], bounds[index + 1]) for index in range(num_actors)]
+        # Pickle first: a factory that cannot be pickled fails here, before any actor exists.
+        self._blobs = [cloudpickle.dumps({i: self.env_fns[i] for i in share}) for share in shares]
+        self._every_share = list(enumerate(shares))
+        self._actor_of = [index for index, share in enumerate(shares) for _ in share]
+        self._actors = [self._create_actor(index, share) for index, share in enumerate(shares)]
+        return self.submit(Op.MAKE, self._every_env, [None] * self.num_envs)
+
+    def _create_actor(self, index: int, share: range) -> _Actor:
+        options = self._actor_options
+        chosen = options[index] if isinstance(options, list) else options
+        handle = _RemoteEnvHost.options(
+            **{**_DEFAULT_ACTOR_OPTIONS, **chosen},
+            max_restarts=0, max_task_retries=0, max_concurrency=1,
+        ).remote(self.autoreset_mode.value, self._blobs[index])
+        return _Actor(index, share, handle)
+
+    async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        # Array actions travel as one slice per actor; others as one value per sub-env.
+        self.takes_action_batches = isinstance(spaces.single_action_space, _ARRAY_SPACES)
+        return None
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
+               arrivals: Arrivals | None = None) -> Pending:
+        pending = _RayPending(self, op, env_indices, arrivals)
+        for actor_index, positions in self._shares(pending.env_indices):
+            actor = self._actors[actor_index]
+            if not actor.alive:
+                assert actor.death is not None
+                pending.fail(actor, positions, actor.death)
+                continue
+            hosted = [pending.env_indices[position] for position in positions]
+            if op is Op.STEP:
+                reference = actor.handle.step.remote(hosted, self._actions(payloads, positions))
+            elif op is Op.MAKE:
+                reference = actor.handle.make.remote(hosted)
+            else:
+                reference = actor.handle.serve.remote(
+                    op, hosted, [payloads[position] for position in positions])
+            pending.expect(actor, positions, reference)
+        pending.check_done()
+        return pending
+
+    def _shares(self, env_indices: tuple[int, ...]) -> list[tuple[int, Sequence[int]]]:
+        """Which actor hosts which positions of a request."""
+        if env_indices == self._every_env:
+            return list(self._every_share)
+        shares: dict[int, list[int]] = {}
+        for position, env_index in enumerate(env_indices):
+            shares.setdefault(self._actor_of[env_index], []).append(position)
+        return list(shares.items())
+
+    def _actions(self, actions: Any, positions: Sequence[int]) -> Any:
+        """An actor's share of the actions: one array slice, or one value per sub-env."""
+        if not self.takes_action_batches:
+            return [actions[position] for position in positions]
+        if isinstance(positions, range):
+            return actions[positions.start:positions.stop]
+        return actions[list(positions)]
+
+    # ------------------------------------------------------------------ failures
+
+    def actor_died(self, actor: _Actor, error: BaseException) -> None:
+        """The actor (or its node) is gone: fail everything it owed."""
+        self._lose(actor, f"died: {_first_lines(error)}")
+
+    def _lose(self, actor: _Actor, how: str) -> None:
+        if not actor.alive:
+            return
+        actor.alive = False
+        share = actor.env_indices
+        actor.death = WorkerDiedError(
+            f"Ray actor {actor.index} (sub-envs {share.start}..{share.stop - 1}) {how}",
+            list(share), None)
+        _kill(actor)
+        for pending in list(actor.outstanding):
+            pending.fail_owed(actor, actor.death)
+
+    def lost_envs(self) -> list[int]:
+        return [index for actor in self._actors if not actor.alive
+                for index in actor.env_indices]
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        for actor_index in sorted({self._actor_of[index] for index in env_indices}):
+            self._lose(self._actors[actor_index], "was killed: a sub-env missed its deadline")
+
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        if self._closing:
+            raise ClosedError("the vector env was closed during a restart")
+        wanted = set(env_indices)
+        fresh: list[_Actor] = []
+        for actor_index in sorted({self._actor_of[index] for index in wanted}):
+            old = self._actors[actor_index]
+            if not old.alive:
+                actor = self._create_actor(actor_index, old.env_indices)
+                self._actors[actor_index] = actor
+                fresh.append(actor)
+        remade = sorted(wanted.union(*(actor.env_indices for actor in fresh)))
+        pending = self.submit(Op.MAKE, remade, [None] * len(remade))
+        try:
+            await pending.wait()
+        except BaseException:  # cancelled: a half-started actor is no use to anyone
+            for actor in fresh:
+                self._lose(actor, "was killed: its restart was cancelled")
+            raise
+        return Remade(remade, pending.failures())
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def aclose(self, timeout: float) -> Pending | None:
+        self._closing = True
+        if not self._actors:
+            return None
+        with anyio.CancelScope(shield=True):
+            pending = self.submit(Op.CLOSE, self._every_env, [None] * self.num_envs)
+            with anyio.move_on_after(timeout):
+                await pending.wait()
+            for actor in self._actors:
+                self._lose(actor, "was closed")
+        return pending
+
+    def close_nowait(self) -> None:
+        self._closing = True
+        for actor in self._actors:
+            actor.alive = False
+            _kill(actor)
+
+    def describe(self) -> str:
+        alive = sum(actor.alive for actor in self._actors)
+        return f"ray backend, {alive}/{len(self._actors)} actors alive"
+
+
+def _connect(address: str | None) -> int:
+    """Make sure Ray is initialised in this process; return the cluster's CPU count.
+
+    Blocking (connecting, or starting Ray, takes seconds): run in a thread.
+    """
+    if not ray.is_initialized():
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            raise RuntimeError(
+                "backend='ray' found no Ray runtime: call ray.init(...) first, or pass "
+                "address='auto' (a running cluster), address='ray://host:port', or "
+                "address='local' (start Ray in this process)")
+        ray.init(address=address)
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return int(resources.get("CPU", 1))
+
+
+def _check_actor_options(options: ActorOptions | None,
+                         num_workers: int | None) -> dict[str, Any] | list[dict[str, Any]]:
+    if options is None:
+        return {}
+    if isinstance(options, Mapping):
+        each = [dict(options)]
+        chosen: dict[str, Any] | list[dict[str, Any]] = each[0]
+    else:
+        chosen = each = [dict(entry) for entry in options]
+        if num_workers is not None and len(each) != num_workers:
+            raise ValueError(f"actor_options has {len(each)} entries for num_workers="
+                             f"{num_workers} actors")
+    for entry in each:
+        for key, reason in _OWNED_OPTIONS.items():
+            if key in entry:
+                raise ValueError(f"actor_options may not set {key!r}: {reason}")
+    return chosen
+
+
+def _kill(actor: _Actor) -> None:
+    """Kill the actor for good, if Ray is still there to do it."""
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.kill(actor.handle, no_restart=True)
+
+
+def _first_lines(error: BaseException, count: int = 8) -> str:
+    lines = str(error).strip().splitlines()
+    return "\n".join(lines[:count]) if lines else type(error).__name__

@@ -1,0 +1,98 @@
+"""What runs inside each Ray actor: a share of the sub-envs, served one batched call at a time.
+
+One actor call serves every sub-env of the actor that a request addresses, so a vector step
+costs one round trip per actor, not per sub-env (a Ray round trip is ~1 ms). The sub-envs live
+in ``EnvSlot`` objects as on every other backend, so autoreset and failure capture are the same.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from aiovec._backends._portable import picklable, portable
+from aiovec._core._slot import EnvSlot, Failure, Op
+
+__all__ = ["EnvHost"]
+
+
+class EnvHost:
+    """Hosts some sub-envs in a Ray actor (the class is wrapped by ``ray.remote`` on the driver).
+
+    ``env_fns`` is the cloudpickled ``{env_index: factory}`` of its sub-envs, unpickled at the
+    first ``make`` so that a factory which cannot be loaded here fails its sub-envs with the
+    traceback, instead of killing the actor.
+    """
+
+    def __init__(self, autoreset_mode: str, env_fns: bytes) -> None:
+        self._autoreset_mode = AutoresetMode(autoreset_mode)
+        self._env_fns_blob = env_fns
+        self._env_fns: dict[int, Callable[[], Any]] | None = None
+        self._slots: dict[int, EnvSlot] = {}
+
+    def make(self, env_indices: Sequence[int]) -> list[Any]:
+        """Make (or remake) the sub-envs; the replies are ``EnvDescription`` or ``Failure``."""
+        try:
+            if self._env_fns is None:
+                self._env_fns = cloudpickle.loads(self._env_fns_blob)
+            env_fns = self._env_fns
+        except Exception as error:
+            return [portable(Failure.capture(index, "make", error)) for index in env_indices]
+        replies = []
+        for env_index in env_indices:
+            slot = self._slots.get(env_index)
+            if slot is None:
+                slot = self._slots[env_index] = EnvSlot(env_index, self._autoreset_mode)
+            replies.append(slot.run(Op.MAKE, env_fns[env_index]))
+        return _portable("make", env_indices, replies)
+
+    def step(self, env_indices: Sequence[int], actions: Any) -> list[Any]:
+        """Step the sub-envs, ``actions[k]`` going to ``env_indices[k]`` (the hot path)."""
+        slots = self._slots
+        replies = [slots[env_index].run(Op.STEP, actions[position])
+                   for position, env_index in enumerate(env_indices)]
+        return _portable("step", env_indices, replies)
+
+    def serve(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> list[Any]:
+        """Any other request (reset, call, set_attr, close), one payload per sub-env."""
+        replies: list[Any] = []
+        for env_index, payload in zip(env_indices, payloads):
+            slot = self._slots.get(env_index)
+            if slot is not None:
+                replies.append(slot.run(op, payload))
+            elif op is Op.CLOSE:  # never made: nothing to close
+                replies.append(None)
+            else:
+                replies.append(Failure(env_index, op.value, None,
+                                       f"sub-env {env_index} was never made in this actor", ""))
+        return _portable(op.value, env_indices, replies)
+
+
+def _portable(phase: str, env_indices: Sequence[int], replies: list[Any]) -> list[Any]:
+    """The replies, each one that would not survive pickling replaced by its sub-env's failure.
+
+    Plain step results (an array observation, no infos) skip the check: they always pickle.
+    """
+    if all(_plain(reply) for reply in replies):
+        return replies
+    try:
+        pickle.loads(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return [portable(reply) if type(reply) is Failure else picklable(phase, index, reply)
+                for index, reply in zip(env_indices, replies)]
+    return [portable(reply) if type(reply) is Failure else reply for reply in replies]
+
+
+def _plain(reply: Any) -> bool:
+    if reply is None:
+        return True
+    if type(reply) is not tuple or len(reply) != 6:
+        return False
+    observation, _, _, _, info, final = reply
+    return (not info and final is None and type(observation) is np.ndarray
+            and observation.dtype != object)
