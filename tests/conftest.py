@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.leaks import child_pids, open_fds, shm_entries
+from tests.leaks import child_pids, open_fds, shm_entries, wait_for_exit
+from tests.ray_runtime import actor_pids, ensure_ray
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
 collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else []
@@ -40,13 +41,36 @@ def _no_leaked_threads() -> Iterator[None]:
     assert not leaked, f"threads left running: {leaked}"
 
 
+def _uses_ray(request: pytest.FixtureRequest) -> bool:
+    """True for tests on ``backend="ray"``, or marked ``ray``."""
+    callspec = getattr(request.node, "callspec", None)
+    return ((callspec is not None and callspec.params.get("backend") == "ray")
+            or request.node.get_closest_marker("ray") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _ray_runtime(request: pytest.FixtureRequest) -> None:
+    """Tests that use Ray get the session's shared Ray runtime."""
+    if _uses_ray(request):
+        ensure_ray()
+
+
 @pytest.fixture
-async def no_leaks(capfd: pytest.CaptureFixture[str]) -> AsyncIterator[None]:
+async def no_leaks(request: pytest.FixtureRequest,
+                   capfd: pytest.CaptureFixture[str]) -> AsyncIterator[None]:
     """The test must leave no worker process, descriptor or shared memory behind, and no
     worker may have printed a traceback.
 
-    Async, so the event loop's own descriptors already exist when the baseline is taken.
+    Async, so the event loop's own descriptors already exist when the baseline is taken. On
+    the Ray backend, the processes are the actors' (the runtime's own connections and
+    processes are Ray's to manage, so descriptors are not counted there).
     """
+    if _uses_ray(request):
+        actors = actor_pids()
+        yield
+        left = wait_for_exit(sorted(actor_pids() - actors), timeout=20)
+        assert not left, f"Ray actor processes left running: {left}"
+        return
     fds, shm, children = open_fds(), shm_entries(), child_pids()
     yield
     assert child_pids() <= children, "worker processes left running"

@@ -20,6 +20,9 @@ from aiovec._core._slot import EnvSlot, Failure, Op
 
 __all__ = ["EnvHost"]
 
+#: True in a Ray actor's process (``aiovec.testing.FaultyEnv`` only ends processes where it is).
+IN_ACTOR = False
+
 
 class EnvHost:
     """Hosts some sub-envs in a Ray actor (the class is wrapped by ``ray.remote`` on the driver).
@@ -30,6 +33,8 @@ class EnvHost:
     """
 
     def __init__(self, autoreset_mode: str, env_fns: bytes) -> None:
+        global IN_ACTOR
+        IN_ACTOR = True
         self._autoreset_mode = AutoresetMode(autoreset_mode)
         self._env_fns_blob = env_fns
         self._env_fns: dict[int, Callable[[], Any]] | None = None

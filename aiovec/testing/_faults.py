@@ -128,8 +128,10 @@ def _hang(seconds: float) -> None:
 
 
 def _in_worker_process() -> bool:
+    """True in a process that exists only to host sub-envs (a process worker or Ray actor)."""
     worker = sys.modules.get("aiovec._backends._process_worker")
-    return bool(getattr(worker, "IN_WORKER", False))
+    actor = sys.modules.get("aiovec._backends._ray_actor")
+    return bool(getattr(worker, "IN_WORKER", False) or getattr(actor, "IN_ACTOR", False))
 
 
 class _Unpicklable(np.ndarray):  # type: ignore[type-arg,unused-ignore]

@@ -215,7 +215,7 @@ async def test_cancelled_step_needs_a_reset_and_late_replies_are_dropped(
 
 
 def test_process_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="num_workers applies to the process backend"):
+    with pytest.raises(ValueError, match="num_workers applies to the process and ray backends"):
         aiovec.AsyncVectorEnv([CountingEnv], backend="thread", num_workers=2)
     with pytest.raises(ValueError, match="num_workers must be between 1 and 2"):
         aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process", num_workers=3)

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiovec.testing import Fault, FaultLedger, FaultyEnv
 
-BACKENDS = ["inline", "thread", "process"]
+BACKENDS = ["inline", "thread", "process", "ray"]
 #: Backends on which a sub-env can miss a deadline (inline sub-envs block the loop instead).
-DEADLINE_BACKENDS = ["thread", "process"]
+DEADLINE_BACKENDS = ["thread", "process", "ray"]
 
 
 def faulty(num_envs: int, ledger: FaultLedger | None = None,
@@ -24,5 +24,6 @@ def faulty(num_envs: int, ledger: FaultLedger | None = None,
 
 
 def one_per_worker(backend: str, num_envs: int) -> dict[str, Any]:
-    """Options giving each sub-env its own worker process (so a fault hits only its env)."""
-    return {"num_workers": num_envs} if backend == "process" else {}
+    """Options giving each sub-env its own worker process or actor (so a fault hits only its
+    env)."""
+    return {"num_workers": num_envs} if backend in ("process", "ray") else {}

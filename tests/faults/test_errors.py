@@ -87,7 +87,7 @@ async def test_unpicklable_info(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_info", "step")]}
     async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
         await envs.reset()
-        if backend == "process":  # it must cross a process boundary: a clear error
+        if backend in ("process", "ray"):  # it must cross a process boundary: a clear error
             with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
                 await envs.step(np.ones(2))
             assert isinstance(caught.value, aiovec.SerializationError)
@@ -100,10 +100,19 @@ async def test_unpicklable_info(backend: str, no_leaks: None) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_unpicklable_observation_needs_no_pickling(backend: str, no_leaks: None) -> None:
+async def test_unpicklable_observation(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_obs", "step")]}
     async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
         await envs.reset()
+        if backend == "ray":  # observations travel pickled: a clear error for that sub-env
+            with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+                await envs.step(np.ones(2))
+            assert isinstance(caught.value, aiovec.SerializationError)
+            assert caught.value.env_indices == (0,)
+            assert "could not be pickled" in str(caught.value.exceptions[0])
+            obs, *_ = caught.value.partial_result
+            assert obs[1, 0] == 1  # the other sub-env's result is kept
+            return
         obs, *_ = await envs.step(np.ones(2))  # copied into the batch (shared memory): fine
         assert obs[:, 0].tolist() == [1, 1]
 

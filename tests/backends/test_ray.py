@@ -1,0 +1,149 @@
+"""The Ray backend against the session's real Ray runtime (tests/ray_runtime.py), on asyncio,
+uvloop and trio: batched actors, first-ready batches, options passed to Ray, clear errors.
+
+Differential and fault-injection runs on ``backend="ray"`` live with the other backends'
+(tests/core/test_differential.py, tests/faults/).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec.testing import CountingEnv
+from tests.helpers import assert_identical
+from tests.leaks import wait_for_exit
+from tests.ray_runtime import RAY_ENVIRONMENT, TEST_RESOURCE, actor_pids
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def no_leaks_sync() -> Iterator[None]:
+    """``no_leaks`` for tests without an event loop: every actor the test made has exited."""
+    actors = actor_pids()
+    yield
+    assert not wait_for_exit(sorted(actor_pids() - actors), timeout=20)
+
+
+def cartpoles(count: int) -> list[functools.partial[gym.Env]]:
+    return [functools.partial(gym.make, "CartPole-v1")] * count
+
+
+@pytest.mark.anyio
+async def test_steps_match_sync_vector_env_with_several_envs_per_actor(no_leaks: None) -> None:
+    reference = gym.vector.SyncVectorEnv(cartpoles(5))
+    actions = np.random.default_rng(0).integers(0, 2, size=(60, 5))
+    try:
+        expected = [reference.reset(seed=7)] + [reference.step(a) for a in actions]
+    finally:
+        reference.close()
+    async with aiovec.AsyncVectorEnv(cartpoles(5), backend="ray", num_workers=2) as envs:
+        assert "ray backend, 2/2 actors alive" in repr(envs)
+        actual = [await envs.reset(seed=7)] + [await envs.step(a) for a in actions]
+        assert await envs.get_attr("steps_beyond_terminated") is not None
+    assert_identical(actual, expected)
+
+
+@pytest.mark.anyio
+async def test_first_ready_batches_and_calls_reach_the_right_sub_envs(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([CountingEnv] * 4, backend="ray", num_workers=2,
+                                     batch_size=2) as envs:
+        await envs.reset(seed=0)
+        envs.send(np.array([1, 1]), env_ids=[1, 3])
+        batch = await envs.recv()
+        assert sorted(batch.env_ids.tolist()) == [1, 3]
+        assert batch.observations[:, 0].tolist() == [1, 1]
+        envs.send(np.array([0, 1, 0]), env_ids=[0, 2, 3])
+        seen = []
+        async for batch in envs.batches():
+            seen += batch.env_ids.tolist()
+        assert sorted(seen) == [0, 2, 3]
+        assert await envs.get_attr("steps") == (1, 1, 1, 2)
+        await envs.set_attr("episode_length", [None, 5, None, 5])
+        assert await envs.call("_observation") is not None
+        assert await envs.get_attr("episode_length") == (None, 5, None, 5)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # placement does not involve the loop
+async def test_actor_options_reach_ray_and_an_unplaceable_actor_times_out(
+    no_leaks: None,
+) -> None:
+    placed = {"num_cpus": 0, "resources": {TEST_RESOURCE: 1}}
+    async with aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="ray",
+                                     actor_options=[placed, placed]) as envs:
+        obs, _ = await envs.reset()
+        assert obs.tolist() == [[0, 1], [0, 1]]
+    # No node has this resource: the actors wait to be placed until the start deadline.
+    unplaceable = {"num_cpus": 0, "resources": {"no_such_resource": 1}}
+    envs = aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="ray", actor_options=unplaceable)
+    with pytest.raises(aiovec.EnvTimeoutError) as caught:
+        await envs.start(timeout=3)
+    assert caught.value.env_indices == (0, 1)
+
+
+def test_actor_options_aiovec_owns_are_refused() -> None:
+    for key in ("max_restarts", "max_task_retries", "max_concurrency"):
+        with pytest.raises(ValueError, match=f"may not set '{key}'"):
+            aiovec.AsyncVectorEnv([CountingEnv], backend="ray", actor_options={key: 1})
+    with pytest.raises(ValueError, match="2 entries for num_workers=1"):
+        aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="ray", num_workers=1,
+                              actor_options=[{}, {}])
+    with pytest.raises(ValueError, match="address applies to the ray backend"):
+        aiovec.AsyncVectorEnv([CountingEnv], backend="thread", address="auto")
+    assert aiovec.AsyncVectorEnv([CountingEnv], address="auto").backend_name == "ray"
+
+
+def test_sync_shim_on_ray(no_leaks_sync: None) -> None:
+    envs = aiovec.VectorEnv(cartpoles(3), backend="ray")
+    try:
+        obs, _ = envs.reset(seed=3)
+        obs, rewards, *_ = envs.step(np.array([0, 1, 0]))
+        assert obs.shape == (3, 4) and rewards.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        envs.close()
+    envs.close()  # a second close is harmless
+
+
+def _run_alone(code: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (no Ray runtime of this session's)."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("RAY_")}
+    env.update(RAY_ENVIRONMENT, **environment)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=90, check=False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_without_a_runtime_or_without_ray_the_error_says_what_to_do() -> None:
+    no_runtime = _run_alone("""
+        import anyio, aiovec
+        from aiovec.testing import CountingEnv
+        async def main():
+            async with aiovec.AsyncVectorEnv([CountingEnv], backend="ray") as envs:
+                await envs.reset()
+        anyio.run(main)
+    """)
+    assert no_runtime.returncode == 1
+    assert "backend='ray' found no Ray runtime: call ray.init" in no_runtime.stderr
+    assert "address='local'" in no_runtime.stderr
+    no_ray = _run_alone("""
+        import sys
+        sys.modules["ray"] = None  # as if Ray were not installed
+        import aiovec
+        from aiovec.testing import CountingEnv
+        aiovec.AsyncVectorEnv([CountingEnv], backend="ray")
+    """)
+    assert no_ray.returncode == 1
+    assert "pip install 'aiovec[ray]'" in no_ray.stderr

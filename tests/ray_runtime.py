@@ -1,0 +1,50 @@
+"""The Ray runtime the tests share: started once, on loopback, by the first test that needs it.
+
+Starting Ray takes seconds, so one runtime serves the whole session (the two-node cluster test
+shuts it down and starts its own; the next Ray test starts the shared one again).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+#: Keep every Ray listener on 127.0.0.1 (these machines allow no other traffic), and no token
+#: authentication for a runtime that only this test session reaches.
+RAY_ENVIRONMENT = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+#: Logical CPUs: actors hold one each by default, and tests give each sub-env its own actor.
+NUM_CPUS = 8
+#: A custom resource of the shared runtime, for the placement tests.
+TEST_RESOURCE = "aiovec_test_slot"
+#: The title Ray gives the process of each of aiovec's actors.
+ACTOR_TITLE = b"ray::EnvHost"
+
+
+def ray_environment() -> None:
+    for key, value in RAY_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+
+
+def ensure_ray() -> Any:
+    """The ``ray`` module, with the shared runtime initialised."""
+    ray_environment()
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=NUM_CPUS, resources={TEST_RESOURCE: 4}, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def actor_pids() -> set[int]:
+    """Processes on this machine that host one of aiovec's Ray actors."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(ACTOR_TITLE):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
