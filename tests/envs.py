@@ -147,3 +147,12 @@ class ActionDtypeEnv(CountingEnv):
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, _ = super().step(0)
         return obs, reward, terminated, truncated, {"dtype": str(np.asarray(action).dtype)}
+
+
+class NodeEnv(CountingEnv):
+    """Reports, through ``call("node_id")``, the Ray node whose actor hosts it."""
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
