@@ -100,3 +100,15 @@ def test_tcp_example_server_speaks_json_lines_on_its_own(loop: str) -> None:
         server.terminate()
         _, errors = server.communicate(timeout=10)
     assert server.returncode == 0 and "Traceback" not in errors, errors
+
+
+def test_ray_cluster_example_recovers_from_a_dead_node() -> None:
+    # Both loops: tests/backends/test_ray_cluster.py; the example builds its own cluster.
+    out = run_example(str(EXAMPLES / "ray_cluster.py"), "--num-envs", "4", "--steps", "20",
+                      "--kill-node")
+    before = re.search(r"sub-envs per node: \{'(\w+)': 4\}", out)
+    after = re.search(r"sub-envs per node after recovery: \{'(\w+)': 4\}", out)
+    assert before is not None and after is not None, out
+    assert before.group(1) != after.group(1)  # on the replacement node now
+    assert "episodes cut by the node's death (truncated): 4; restarted sub-envs: 4" in out
+    assert "statistics: restarts=4" in out

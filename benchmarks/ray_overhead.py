@@ -1,0 +1,184 @@
+"""What distribution costs on one machine: aiovec's Ray backend against its process backend.
+
+Workloads (``bench_envs.py``): CartPole-v1 at 8, 64 and 256 sub-envs, and ``CpuEnv`` (1 ms of
+pure-Python CPU per step) at 8. Contenders, all through ``await envs.step()`` on uvloop:
+
+- ``aiovec process``: the default process backend (one worker per core, shared memory);
+- ``aiovec ray``: the default Ray backend (one actor per cluster CPU, each stepping its share
+  of the sub-envs in one call per vector step);
+- ``aiovec ray, 1 env/actor``: ``num_workers=num_envs`` (``num_cpus=0`` per actor), the layout
+  of a naive actor-per-env design: one Ray round trip per sub-env per step (8 envs only).
+
+Ray runs as a local runtime started by this script (loopback only, no dashboard), with as many
+CPUs as the machine has. Run it (about 2 minutes; ``--quick`` for a ~30 s smoke run)::
+
+    .venv/bin/python benchmarks/ray_overhead.py [--quick] [--repeats N] [--seconds S]
+
+Method: as ``run.py``: each measurement builds its contender, resets it, warms it up, steps it
+for ``--seconds`` of wall time and closes it; repeats are interleaved (shuffled within each
+repeat), tables give medians over repeats and ratios of medians. Output: a markdown table,
+printed and written to ``benchmarks/results/ray.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from bench_envs import CpuEnv, make_cartpole
+from harness import describe, stamped_async
+
+import aiovec
+
+RESULTS = Path(__file__).resolve().parent / "results" / "ray.md"
+#: Keep Ray on loopback and without token auth: a runtime only this script uses.
+RAY_ENVIRONMENT = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+
+PROCESS = "aiovec process"
+RAY = "aiovec ray (K envs/actor)"
+RAY_PER_ENV = "aiovec ray, 1 env/actor"
+
+
+@dataclass(frozen=True)
+class Plan:
+    warmup_steps: int = 20
+    warmup_seconds: float = 1.0
+    seconds: float = 1.0
+    min_steps: int = 5
+    cell_timeout: float = 120.0
+
+
+@dataclass(frozen=True, eq=False)
+class Cell:
+    workload: str
+    factory: Callable[[], Any]
+    num_envs: int
+    contender: str
+    options: dict[str, Any]
+
+
+def cells() -> list[Cell]:
+    found = []
+    for workload, factory, sizes in (("CartPole-v1", make_cartpole, (8, 64, 256)),
+                                     ("CpuEnv (1 ms CPU)", CpuEnv, (8,))):
+        for num_envs in sizes:
+            found.append(Cell(workload, factory, num_envs, PROCESS, {"backend": "process"}))
+            found.append(Cell(workload, factory, num_envs, RAY, {"backend": "ray"}))
+            if num_envs <= 8:
+                found.append(Cell(workload, factory, num_envs, RAY_PER_ENV, {
+                    "backend": "ray", "num_workers": num_envs,
+                    "actor_options": {"num_cpus": 0}}))
+    return found
+
+
+def measure(cell: Cell, plan: Plan) -> tuple[float, float]:
+    """(sub-env steps per second, median seconds per vector step)."""
+    rng = np.random.default_rng(cell.num_envs)
+    actions = list(rng.integers(0, 2, size=(64, cell.num_envs), dtype=np.int64))
+
+    async def main() -> list[float]:
+        with anyio.fail_after(plan.cell_timeout):
+            async with aiovec.AsyncVectorEnv([cell.factory] * cell.num_envs,
+                                             **cell.options) as envs:
+                await envs.reset(seed=0)
+                return await stamped_async(envs.step, actions, plan)
+
+    stamps = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+    elapsed = stamps[-1] - stamps[0]
+    return (cell.num_envs * (len(stamps) - 1) / elapsed, float(np.median(np.diff(stamps))))
+
+
+def machine() -> str:
+    try:
+        model = next(line.split(":", 1)[1].strip()
+                     for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true", help="1 repeat of 0.3 s")
+    args = parser.parse_args()
+    repeats, seconds = (1, 0.3) if args.quick else (args.repeats, args.seconds)
+    plan = Plan(seconds=seconds, warmup_seconds=min(1.0, seconds))
+
+    for key, value in RAY_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    import ray
+
+    started = time.perf_counter()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    samples: dict[Cell, list[tuple[float, float]]] = {}
+    errors: dict[Cell, str] = {}
+    try:
+        todo = cells()
+        for repeat in range(repeats):
+            order = random.Random(repeat).sample(todo, len(todo))
+            for cell in order:
+                if cell in errors:
+                    continue
+                try:
+                    samples.setdefault(cell, []).append(measure(cell, plan))
+                except Exception as error:
+                    errors[cell] = describe(error)
+                print(f"repeat {repeat + 1}/{repeats}: {cell.workload} x{cell.num_envs} "
+                      f"{cell.contender}", file=sys.stderr)
+    finally:
+        ray.shutdown()
+
+    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=False).stdout.strip() or "unknown"
+    lines = [
+        "# aiovec on Ray vs process, one machine",
+        "",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision}",
+        f"- machine: {machine()}; Python {platform.python_version()}, ray {ray.__version__}",
+        f"- method: median of {repeats} interleaved repeats, {seconds} s of stepping each, "
+        "`await envs.step()` on uvloop; steps/s = sub-env steps per wall second; "
+        "ratio = ray / process, of medians",
+        f"- total runtime: {time.perf_counter() - started:.0f} s",
+        "",
+        "| workload | num_envs | contender | steps/s (median) | ms per vector step "
+        "| vs process |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for cell in todo:
+        if cell in errors:
+            lines.append(f"| {cell.workload} | {cell.num_envs} | {cell.contender} | error: "
+                         f"{errors[cell]} | | |")
+            continue
+        rate = statistics.median(sample[0] for sample in samples[cell])
+        latency = statistics.median(sample[1] for sample in samples[cell])
+        base = next(other for other in todo if other.workload == cell.workload
+                    and other.num_envs == cell.num_envs and other.contender == PROCESS)
+        base_rate = (statistics.median(sample[0] for sample in samples[base])
+                     if base in samples else None)
+        ratio = f"{rate / base_rate:.2f}x" if base_rate else "n/a"
+        lines.append(f"| {cell.workload} | {cell.num_envs} | {cell.contender} | {rate:,.0f} "
+                     f"| {latency * 1e3:.2f} | {ratio} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
