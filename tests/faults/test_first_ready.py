@@ -41,6 +41,7 @@ async def test_a_worker_death_restarts_its_idle_neighbour_too(
     ("thread", {"raise": 0.01, "hang": 0.003}),
     ("process", {"raise": 0.01, "exit": 0.003, "kill": 0.003, "hang": 0.002}),
     ("inline", {"raise": 0.02}),
+    ("ray", {"raise": 0.01, "exit": 0.003, "kill": 0.003, "hang": 0.002}),
 ])
 async def test_chaos_with_first_ready_batches_loses_nothing(
         anyio_backend: Any, ledger: FaultLedger, backend: str,
@@ -49,7 +50,7 @@ async def test_chaos_with_first_ready_batches_loses_nothing(
     (a result, or a restart of its sub-env), and every injected fault led to a restart."""
     num_envs, rounds = 8, 200
     factories = faulty(num_envs, ledger, probabilities=probabilities, hang_seconds=30.0)
-    kwargs: dict[str, Any] = {"num_workers": 4} if backend == "process" else {}
+    kwargs: dict[str, Any] = {"num_workers": 4} if backend in ("process", "ray") else {}
     rng = np.random.default_rng(5)
     async with aiovec.AsyncVectorEnv(factories, backend=backend, restart=100, timeout=1.0,
                                      **kwargs) as envs:
