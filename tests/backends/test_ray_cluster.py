@@ -67,7 +67,7 @@ async def test_envs_on_a_killed_node_come_back_on_a_live_one(cluster: Any) -> No
         cause = caught.value.exceptions[0].__cause__  # type: ignore[attr-defined]
         assert isinstance(cause, aiovec.WorkerDiedError) and "died" in str(cause)
 
-        obs, rewards, terminations, truncations, infos = await restarting.step(
+        obs, _rewards, terminations, truncations, infos = await restarting.step(
             np.ones(3, dtype=np.int64))
         assert truncations.tolist() == [True] * 3  # the episodes the node's death cut
         assert not terminations.any() and infos["_restart"].all()
