@@ -23,6 +23,7 @@ from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
 from aiovec._exceptions import WorkerDiedError as WorkerDiedError
 from aiovec._make import make_async_vec as make_async_vec
 from aiovec._make import make_vec as make_vec
+from aiovec._multiagent._vector_env import AsyncParallelVectorEnv as AsyncParallelVectorEnv
 from aiovec._shim._vector_env import VectorEnv as VectorEnv
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = (
     "AiovecError",
     "AsyncEnv",
+    "AsyncParallelVectorEnv",
     "AsyncVectorEnv",
     "BusyError",
     "ClosedError",

@@ -1,0 +1,1 @@
+"""Multi-agent (PettingZoo ``ParallelEnv``) vector envs over the single-agent engine."""

@@ -1,0 +1,321 @@
+"""``AsyncParallelVectorEnv``: PettingZoo ``ParallelEnv`` sub-envs on the same engine.
+
+Each sub-env is hosted as a ``PackedParallelEnv`` by an ordinary ``AsyncVectorEnv``, so the
+backends, shared memory, timeouts, cancellation, restarts and error types are exactly the
+single-agent ones. This class only turns dicts of agents into the packed layout and back.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from aiovec._backends import ActorOptions
+from aiovec._core._restart import RestartPolicy
+from aiovec._core._statistics import Statistics
+from aiovec._core._vector_env import USE_DEFAULT, AsyncVectorEnv, Timeout
+from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
+
+__all__ = ["AsyncParallelVectorEnv", "MultiAgentStepResult"]
+
+AgentArrays = dict[AgentID, np.ndarray[Any, Any]]
+#: ``(observations, rewards, terminations, truncations, infos)``, each a dict of agents.
+MultiAgentStepResult = tuple[dict[AgentID, Any], AgentArrays, AgentArrays, AgentArrays,
+                             dict[Any, Any]]
+
+_BACKENDS = ("auto", "inline", "thread", "process", "ray")
+_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED)
+
+
+class AsyncParallelVectorEnv:
+    """Runs ``len(env_fns)`` PettingZoo ``ParallelEnv`` sub-envs behind an awaitable API.
+
+    Everything is batched per agent: ``obs[agent]`` has shape ``(num_envs, *obs_shape)``,
+    ``rewards[agent]``, ``terminations[agent]`` and ``truncations[agent]`` shape
+    ``(num_envs,)``; ``step`` takes ``{agent: (num_envs, *action_shape)}``. ``infos["active"]``
+    (``{agent: bool array}``) says which agents are present in each sub-env's result; an absent
+    agent (dead, not spawned yet) reads as zeros, reward 0, not terminated, not truncated, and
+    its actions are ignored (and may be left out). ``infos[agent]`` holds the agents' own infos,
+    merged as Gymnasium merges infos (``_key`` masks).
+
+    A sub-env's episode ends when no agent is left (or every agent that answered is done);
+    it is then reset on its next step (``AutoresetMode.NEXT_STEP``: that step's actions are
+    ignored and its rewards are 0) or left for ``reset(options={"reset_mask": ...})``
+    (``DISABLED``). ``backend``, ``timeout``, ``restart`` and the other keywords are
+    ``aiovec.AsyncVectorEnv``'s; a restarted sub-env's agents read as truncated.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[ParallelEnvFactory],
+        *,
+        backend: str = "auto",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        timeout: float | None = None,
+        close_timeout: float = 10.0,
+        restart: RestartPolicy | bool | int | None = None,
+        max_concurrency: int | None = None,
+        num_workers: int | None = None,
+        start_method: str | None = None,
+        address: str | None = None,
+        actor_options: ActorOptions | None = None,
+    ) -> None:
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend {backend!r} cannot host ParallelEnv sub-envs; "
+                             f"choose one of {', '.join(_BACKENDS)}")
+        mode = AutoresetMode(autoreset_mode)
+        if mode not in _MODES:
+            raise ValueError(
+                f"autoreset_mode {mode.value!r} is not offered for multi-agent envs: its "
+                "observations would belong to the new episode while rewards and the active "
+                "mask belong to the old one; use AutoresetMode.NEXT_STEP or DISABLED")
+        candidate: object = env_fns
+        if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
+            raise TypeError(f"env_fns must be a sequence of callables, got {type(env_fns)}")
+        for index, env_fn in enumerate(env_fns):
+            if not callable(env_fn):
+                raise TypeError(f"env_fns[{index}] is {type(env_fn).__name__}, not a callable "
+                                "that makes a ParallelEnv")
+        self._env = AsyncVectorEnv(
+            [functools.partial(PackedParallelEnv, env_fn) for env_fn in env_fns],
+            backend=backend, autoreset_mode=mode, copy=copy, timeout=timeout,
+            close_timeout=close_timeout, restart=restart, max_concurrency=max_concurrency,
+            num_workers=num_workers, start_method=start_method, address=address,
+            actor_options=actor_options,
+        )
+        self.num_envs: int = self._env.num_envs
+        self.autoreset_mode = mode
+        self._possible_agents: tuple[AgentID, ...] | None = None
+        self._agent_observation_spaces: dict[AgentID, spaces.Space[Any]] = {}
+        self._agent_action_spaces: dict[AgentID, spaces.Space[Any]] = {}
+        #: Which agents act in which sub-env on the next step (their actions are required).
+        self._acting: AgentArrays = {}
+        self._idle_actions: dict[AgentID, np.ndarray[Any, Any]] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, timeout: float | None = 60.0) -> None:
+        """Make every sub-env; ``reset`` does it on first use, ``async with`` up front."""
+        if self._possible_agents is not None:
+            return
+        await self._env.start(timeout=timeout)
+        everyone = await self._env.get_attr("possible_agents")
+        agents = tuple(everyone[0])
+        for index, others in enumerate(everyone):
+            if tuple(others) != agents:
+                await self._env.aclose()
+                raise ValueError(f"sub-env {index} has possible_agents {list(others)}, "
+                                 f"sub-env 0 has {list(agents)}: they must agree")
+        if "active" in agents:
+            await self._env.aclose()
+            raise ValueError("an agent is named 'active', which infos['active'] uses")
+        packed = self._env.single_observation_space
+        actions = self._env.single_action_space
+        assert isinstance(packed, spaces.Dict)
+        assert isinstance(actions, spaces.Dict)
+        observations = packed["observations"]
+        assert isinstance(observations, spaces.Dict)
+        self._agent_observation_spaces = {agent: observations[agent] for agent in agents}
+        self._agent_action_spaces = {agent: actions[agent] for agent in agents}
+        self._idle_actions = {agent: _idle_batch(space, self.num_envs)
+                              for agent, space in self._agent_action_spaces.items()}
+        self._acting = {agent: np.zeros(self.num_envs, dtype=np.bool_) for agent in agents}
+        self._possible_agents = agents
+
+    async def aclose(self) -> None:
+        """Close every sub-env and release the workers. Idempotent."""
+        await self._env.aclose()
+
+    def close_nowait(self) -> None:
+        """Tear everything down without waiting (for ``__del__`` and emergencies)."""
+        self._env.close_nowait()
+
+    async def __aenter__(self) -> AsyncParallelVectorEnv:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, traceback: TracebackType | None) -> None:
+        await self.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` ran (or start failed)."""
+        return self._env.closed
+
+    def __repr__(self) -> str:
+        agents = "" if self._possible_agents is None else f" x {len(self._possible_agents)} agents"
+        return (f"<AsyncParallelVectorEnv {self.num_envs} envs{agents}, "
+                f"{self._env.backend_name} backend>")
+
+    # ------------------------------------------------------------------ description
+
+    @property
+    def vector_env(self) -> AsyncVectorEnv:
+        """The single-agent engine underneath (packed observations; for diagnostics)."""
+        return self._env
+
+    @property
+    def backend_name(self) -> str:
+        """The backend the sub-envs run on (``"auto"`` resolved)."""
+        return self._env.backend_name
+
+    @property
+    def possible_agents(self) -> tuple[AgentID, ...]:
+        """Every agent that may appear, in the sub-envs' order (known once started)."""
+        return self._started()
+
+    @property
+    def num_agents(self) -> int:
+        """``len(possible_agents)``."""
+        return len(self._started())
+
+    @property
+    def total_agents(self) -> int:
+        """Agents over all sub-envs: ``num_envs * num_agents``."""
+        return self.num_envs * self.num_agents
+
+    def single_observation_space(self, agent: AgentID) -> spaces.Space[Any]:
+        """One sub-env's observation space for ``agent``."""
+        return self._agent_observation_spaces[self._known(agent)]
+
+    def single_action_space(self, agent: AgentID) -> spaces.Space[Any]:
+        """One sub-env's action space for ``agent``."""
+        return self._agent_action_spaces[self._known(agent)]
+
+    def observation_space(self, agent: AgentID) -> spaces.Space[Any]:
+        """The batched observation space for ``agent``: ``num_envs`` rows."""
+        return batch_space(self.single_observation_space(agent), self.num_envs)
+
+    def action_space(self, agent: AgentID) -> spaces.Space[Any]:
+        """The batched action space for ``agent``: ``num_envs`` rows."""
+        return batch_space(self.single_action_space(agent), self.num_envs)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The first sub-env's metadata."""
+        return self._env.metadata
+
+    def statistics(self) -> Statistics:
+        """Counters and per-sub-env latency; see ``AsyncVectorEnv.statistics``."""
+        return self._env.statistics()
+
+    @property
+    def unusable_envs(self) -> tuple[int, ...]:
+        """Sub-envs that cannot step until reset; see ``AsyncVectorEnv.unusable_envs``."""
+        return self._env.unusable_envs
+
+    def _started(self) -> tuple[AgentID, ...]:
+        if self._possible_agents is None:
+            raise RuntimeError("the agents are known once the vector env has started: "
+                               "await start() (or reset(), or use `async with`) first")
+        return self._possible_agents
+
+    def _known(self, agent: AgentID) -> AgentID:
+        if agent not in self._agent_observation_spaces:
+            raise KeyError(f"{agent!r} is not one of possible_agents {list(self._started())}")
+        return agent
+
+    # ------------------------------------------------------------------ the API
+
+    async def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> tuple[dict[AgentID, Any], dict[Any, Any]]:
+        """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``."""
+        await self.start()
+        packed, infos = await self._env.reset(seed=seed, options=options, timeout=timeout)
+        active = self._ordered(packed["active"])
+        mask = None if options is None else options.get("reset_mask")
+        rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
+        for agent, acting in self._acting.items():
+            acting[rows] = active[agent][rows]
+        infos["active"] = active
+        return self._ordered(packed["observations"]), infos
+
+    async def step(self, actions: Mapping[AgentID, Any], *,
+                   timeout: Timeout = USE_DEFAULT) -> MultiAgentStepResult:
+        """Step every sub-env with ``{agent: batch of actions}``; see the class docstring."""
+        agents = self._started()
+        packed, _, terminated, truncated, infos = await self._env.step(
+            self._full_actions(actions), timeout=timeout)
+        rewards = self._ordered(packed["rewards"])
+        terminations = self._ordered(packed["terminations"])
+        truncations = self._ordered(packed["truncations"])
+        active = self._ordered(packed["active"])
+        restarted = infos.get("_restart")
+        if restarted is not None and (cut := truncated & restarted).any():
+            # A restart cut these episodes: the last observations stand, as in the
+            # single-agent engine, and the agents present read as truncated with reward 0.
+            for agent in agents:
+                rewards[agent][cut] = 0.0
+                terminations[agent][cut] = False
+                truncations[agent][cut] = active[agent][cut]
+        reset_next = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        for agent, acting in self._acting.items():
+            np.logical_and(active[agent], ~(terminations[agent] | truncations[agent]), out=acting)
+            if reset_next:
+                acting &= ~(terminated | truncated)
+        infos["active"] = active
+        return (self._ordered(packed["observations"]), rewards, terminations, truncations,
+                infos)
+
+    def _ordered(self, by_agent: dict[AgentID, Any]) -> dict[AgentID, Any]:
+        """``by_agent`` in ``possible_agents`` order (spaces.Dict sorts its keys)."""
+        return {agent: by_agent[agent] for agent in self._started()}
+
+    async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every ``ParallelEnv`` (or read it, if not callable)."""
+        return await self._env.call(name, *args, **kwargs)
+
+    async def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Read attribute ``name`` of every ``ParallelEnv``."""
+        return await self._env.get_attr(name)
+
+    async def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every ``ParallelEnv``: one value each, or one for all."""
+        await self._env.set_attr(name, values)
+
+    async def render(self) -> tuple[Any, ...]:
+        """Each sub-env's rendered frame."""
+        return await self._env.render()
+
+    # ------------------------------------------------------------------ actions
+
+    def _full_actions(self, actions: Mapping[AgentID, Any]) -> dict[AgentID, Any]:
+        """Every agent's batch: an agent acting nowhere may be left out (zeros stand in)."""
+        if not isinstance(actions, Mapping):
+            raise TypeError(f"actions must be a dict of agents, got {type(actions).__name__}")
+        unknown = [agent for agent in actions if agent not in self._acting]
+        if unknown:
+            raise ValueError(f"actions for {unknown!r}, not in possible_agents "
+                             f"{list(self._started())}")
+        if len(actions) == len(self._acting):
+            return dict(actions)
+        full = dict(actions)
+        for agent, acting in self._acting.items():
+            if agent not in full:
+                if acting.any():
+                    raise ValueError(f"actions: no actions for {agent!r}, which acts in "
+                                     f"sub-envs {np.flatnonzero(acting).tolist()}")
+                full[agent] = self._idle_actions[agent]
+        return full
+
+
+def _idle_batch(space: spaces.Space[Any], num_envs: int) -> Any:
+    """A batch of actions that stands in for an agent that acts nowhere."""
+    batched = batch_space(space, num_envs)
+    if isinstance(batched, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return np.zeros(batched.shape, dtype=batched.dtype)
+    return batched.sample()
