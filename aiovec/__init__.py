@@ -24,6 +24,7 @@ from aiovec._exceptions import WorkerDiedError as WorkerDiedError
 from aiovec._make import make_async_vec as make_async_vec
 from aiovec._make import make_vec as make_vec
 from aiovec._multiagent._vector_env import AsyncParallelVectorEnv as AsyncParallelVectorEnv
+from aiovec._shim._parallel_vector_env import ParallelVectorEnv as ParallelVectorEnv
 from aiovec._shim._vector_env import VectorEnv as VectorEnv
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = (
     "LatencySummary",
     "NotStartedError",
     "NothingSentError",
+    "ParallelVectorEnv",
     "ResetNeededError",
     "RestartPolicy",
     "SerializationError",

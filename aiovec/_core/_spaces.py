@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymnasium import Space
+from gymnasium.spaces import Dict, Tuple
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
@@ -43,6 +44,23 @@ def check_observation_mode(observation_mode: ObservationMode) -> None:
         )
 
 
+def space_difference(space: Space[Any], other: Space[Any], path: str = "") -> str:
+    """Where two unequal spaces first differ, for error messages (Dict and Tuple spaces can
+    be too long to print whole)."""
+    if isinstance(space, Dict) and isinstance(other, Dict):
+        if list(space.spaces) != list(other.spaces):
+            return f"at {path or 'the top'}: keys {list(space.spaces)} vs {list(other.spaces)}"
+        for key in space.spaces:
+            if space[key] != other[key]:
+                return space_difference(space[key], other[key], f"{path}[{key!r}]")
+    if (isinstance(space, Tuple) and isinstance(other, Tuple)
+            and len(space.spaces) == len(other.spaces)):
+        for index, (child, other_child) in enumerate(zip(space.spaces, other.spaces)):
+            if child != other_child:
+                return space_difference(child, other_child, f"{path}[{index}]")
+    return f"at {path or 'the top'}: {space} vs {other}"
+
+
 def resolve_spaces(
     observation_mode: ObservationMode, descriptions: Sequence[EnvDescription]
 ) -> VectorSpaces:
@@ -61,11 +79,13 @@ def resolve_spaces(
     for index, description in enumerate(descriptions):
         if observation_mode == "same":
             if description.observation_space != single_observation_space:
+                difference = space_difference(description.observation_space,
+                                              single_observation_space)
                 raise RuntimeError(
                     "observation_mode='same' but the sub-environments observation spaces are "
-                    f"not equivalent. Sub-env {index} has observation space "
-                    f"{description.observation_space}, not {single_observation_space}. If this "
-                    "is intentional, use `observation_mode='different'` instead."
+                    f"not equivalent. Sub-env {index}'s observation space differs from sub-env "
+                    f"0's {difference}. If this is intentional, use "
+                    "`observation_mode='different'` instead."
                 )
         elif not is_space_dtype_shape_equiv(description.observation_space,
                                             single_observation_space):

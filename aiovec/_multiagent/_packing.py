@@ -70,12 +70,13 @@ class PackedParallelEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def __init__(self, env_fn: ParallelEnvFactory) -> None:
         env = env_fn()
+        if callable(getattr(env, "agent_iter", None)):
+            raise TypeError(f"the env factory returned {type(env).__name__}, a PettingZoo AEC "
+                            "env: wrap it with pettingzoo.utils.aec_to_parallel")
         if not (hasattr(env, "possible_agents") and callable(getattr(env, "step", None))
                 and callable(getattr(env, "observation_space", None))):
-            hint = (" (an AEC env: wrap it with pettingzoo.utils.aec_to_parallel)"
-                    if hasattr(env, "agent_selection") else "")
             raise TypeError(f"the env factory returned {type(env).__name__}, "
-                            f"not a PettingZoo ParallelEnv{hint}")
+                            "not a PettingZoo ParallelEnv")
         self.parallel_env = env
         self.possible_agents: tuple[AgentID, ...] = tuple(env.possible_agents)
         if not self.possible_agents:

@@ -20,7 +20,8 @@ from gymnasium.vector.utils import batch_space
 from aiovec._backends import ActorOptions
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import USE_DEFAULT, AsyncVectorEnv, Timeout
+from aiovec._core._vector_env import USE_DEFAULT, AsyncVectorEnv, StepResult, Timeout
+from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
 from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
 
 __all__ = ["AsyncParallelVectorEnv", "MultiAgentStepResult"]
@@ -235,7 +236,32 @@ class AsyncParallelVectorEnv:
     ) -> tuple[dict[AgentID, Any], dict[Any, Any]]:
         """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``."""
         await self.start()
-        packed, infos = await self._env.reset(seed=seed, options=options, timeout=timeout)
+        try:
+            result = await self._env.reset(seed=seed, options=options, timeout=timeout)
+        except (SubEnvErrorGroup, EnvTimeoutError) as error:
+            if error.partial_result is not None:
+                error.partial_result = self._unpack_reset(error.partial_result, options)
+            raise
+        return self._unpack_reset(result, options)
+
+    async def step(self, actions: Mapping[AgentID, Any], *,
+                   timeout: Timeout = USE_DEFAULT) -> MultiAgentStepResult:
+        """Step every sub-env with ``{agent: batch of actions}``; see the class docstring.
+
+        Errors are the single-agent ones; their ``partial_result`` is in this layout too.
+        """
+        full_actions = self._full_actions(actions)
+        try:
+            result = await self._env.step(full_actions, timeout=timeout)
+        except (SubEnvErrorGroup, EnvTimeoutError) as error:
+            if error.partial_result is not None:
+                error.partial_result = self._unpack_step(error.partial_result)
+            raise
+        return self._unpack_step(result)
+
+    def _unpack_reset(self, result: tuple[Any, dict[str, Any]],
+                      options: dict[str, Any] | None) -> tuple[dict[AgentID, Any], dict[Any, Any]]:
+        packed, infos = result
         active = self._ordered(packed["active"])
         mask = None if options is None else options.get("reset_mask")
         rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
@@ -244,12 +270,8 @@ class AsyncParallelVectorEnv:
         infos["active"] = active
         return self._ordered(packed["observations"]), infos
 
-    async def step(self, actions: Mapping[AgentID, Any], *,
-                   timeout: Timeout = USE_DEFAULT) -> MultiAgentStepResult:
-        """Step every sub-env with ``{agent: batch of actions}``; see the class docstring."""
-        agents = self._started()
-        packed, _, terminated, truncated, infos = await self._env.step(
-            self._full_actions(actions), timeout=timeout)
+    def _unpack_step(self, result: StepResult) -> MultiAgentStepResult:
+        packed, _, terminated, truncated, infos = result
         rewards = self._ordered(packed["rewards"])
         terminations = self._ordered(packed["terminations"])
         truncations = self._ordered(packed["truncations"])
@@ -258,7 +280,7 @@ class AsyncParallelVectorEnv:
         if restarted is not None and (cut := truncated & restarted).any():
             # A restart cut these episodes: the last observations stand, as in the
             # single-agent engine, and the agents present read as truncated with reward 0.
-            for agent in agents:
+            for agent in self._acting:
                 rewards[agent][cut] = 0.0
                 terminations[agent][cut] = False
                 truncations[agent][cut] = active[agent][cut]

@@ -19,6 +19,8 @@ from tests.envs import RaisingEnv
 from tests.helpers import assert_identical
 
 BACKENDS = ["inline", "thread", "process", "async"]
+#: Episodes last 2 to 6 steps: 500 steps cover every autoreset case many times over.
+FULL_BATCH_STEPS = 500
 backends = pytest.mark.parametrize("backend", BACKENDS)
 pytestmark = pytest.mark.anyio
 
@@ -202,7 +204,8 @@ async def test_full_batches_match_sync_vector_env(
     try:
         expected = run_without_loop(rollout(as_async(reference_envs.reset),
                                             as_async(reference_envs.step),
-                                            reference_envs.action_space, mode, 7))
+                                            reference_envs.action_space, mode, 7,
+                                            FULL_BATCH_STEPS))
     finally:
         reference_envs.close()
     async with aiovec.AsyncVectorEnv([factory(backend, make)] * 4, backend=backend,
@@ -213,7 +216,7 @@ async def test_full_batches_match_sync_vector_env(
             batch = await envs.recv()
             return in_env_order(batch)
 
-        actual = await rollout(envs.reset, step, envs.action_space, mode, 7)
+        actual = await rollout(envs.reset, step, envs.action_space, mode, 7, FULL_BATCH_STEPS)
     assert len(actual) == len(expected)
     for index, (got, want) in enumerate(zip(actual, expected)):
         assert_identical(sorted_keys(got), sorted_keys(want), f"record {index}")

@@ -255,7 +255,8 @@ async def test_copy_false_returns_the_reused_buffer(backend: str) -> None:
 async def test_observation_mode_checks(backend: str) -> None:
     small = lambda: EpisodeEnv("box")  # noqa: E731
     other = lambda: EpisodeEnv("discrete")  # noqa: E731
-    with pytest.raises(RuntimeError, match=r"not equivalent\. Sub-env 1 has observation space"):
+    with pytest.raises(RuntimeError, match=r"not equivalent\. Sub-env 1's observation space "
+                                           r"differs from sub-env 0's at the top: Discrete"):
         async with aiovec.AsyncVectorEnv([small, other], backend=backend):
             pass
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+import time
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -20,15 +21,17 @@ class Arena(ParallelEnv[str, Any, Any]):
     ends when both scouts are dead (terminations) or after ``max_steps`` (truncations).
     """
 
-    metadata = {"name": "arena_v0", "render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"name": "arena_v0", "render_modes": []}
 
     def __init__(self, max_steps: int = 12, health: int = 9, fail_at: int | None = None,
-                 exit_at: int | None = None) -> None:
+                 exit_at: int | None = None, hang_at: int | None = None) -> None:
         self.possible_agents = ["scout_0", "scout_1", "late"]
         self.agents: list[str] = []
+        self.render_mode = None
         self.max_steps, self.health = max_steps, health
-        #: Raise in step number ``fail_at`` / kill the process in step ``exit_at`` (of this env).
-        self.fail_at, self.exit_at = fail_at, exit_at
+        #: Raise in step number ``fail_at``, kill the process in step ``exit_at``, or hang in
+        #: step ``hang_at`` (counted over this env's life).
+        self.fail_at, self.exit_at, self.hang_at = fail_at, exit_at, hang_at
         self.steps_taken = 0
         self._scout_obs = spaces.Box(-1000.0, 1000.0, (3,), dtype=np.float32)
         self._late_obs = spaces.Box(-1000, 1000, (2,), dtype=np.int64)
@@ -64,6 +67,8 @@ class Arena(ParallelEnv[str, Any, Any]):
             raise RuntimeError(f"arena failed in step {self.steps_taken}")
         if self.steps_taken == self.exit_at:
             os._exit(3)
+        if self.steps_taken == self.hang_at:
+            time.sleep(600)
         self.step_count += 1
         observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
         for agent in self.agents:

@@ -34,7 +34,7 @@ def _stack(values: list[Any]) -> Any:
 class _InfoMerger(SyncVectorEnv):
     """Only for Gymnasium's own ``_add_info`` (no sub-envs are made)."""
 
-    def __init__(self, num_envs: int) -> None:  # noqa: D107 - no super(): nothing to make
+    def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
 
 

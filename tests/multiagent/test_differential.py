@@ -62,12 +62,14 @@ async def _compare(envs: aiovec.AsyncParallelVectorEnv, env_fn: Callable[[], Any
         oracle.close()
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED], ids=["next_step", "disabled"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED],
+                         ids=["next_step", "disabled"])
 @pytest.mark.parametrize("env_name", sorted(ENVS))
 @pytest.mark.parametrize("backend", ["inline", "thread", "process", "ray"])
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
 async def test_rollouts_match_stepping_one_by_one(
-        anyio_backend: Any, backend: str, env_name: str, mode: AutoresetMode, no_leaks: None) -> None:
+        anyio_backend: Any, backend: str, env_name: str, mode: AutoresetMode,
+        no_leaks: None) -> None:
     env_fn = ENVS[env_name]
     options = {"num_workers": 2} if backend in ("process", "ray") else {}
     async with aiovec.AsyncParallelVectorEnv([env_fn] * NUM_ENVS, backend=backend,

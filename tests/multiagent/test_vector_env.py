@@ -1,0 +1,223 @@
+"""AsyncParallelVectorEnv: the per-agent API, bad input, and the engine's failure semantics
+(errors naming the sub-env, timeouts, cancellation, restarts) seen through dicts of agents."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from pettingzoo.utils.conversions import parallel_to_aec
+
+import aiovec
+from tests.multiagent.envs import Arena
+
+pytestmark = pytest.mark.anyio
+
+SCOUTS = ("scout_0", "scout_1")
+
+
+class Renamed(Arena):
+    """Arena whose agents go by other names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b", "c"]
+
+
+def scout_actions(num_envs: int, value: int = 1) -> dict[str, Any]:
+    return {agent: np.full(num_envs, value, dtype=np.int64) for agent in SCOUTS}
+
+
+async def test_agents_and_spaces_are_described() -> None:
+    envs = aiovec.AsyncParallelVectorEnv([Arena] * 3, backend="inline")
+    with pytest.raises(RuntimeError, match="known once the vector env has started"):
+        _ = envs.possible_agents
+    async with envs:
+        assert envs.possible_agents == ("scout_0", "scout_1", "late")
+        assert (envs.num_envs, envs.num_agents, envs.total_agents) == (3, 3, 9)
+        assert envs.single_observation_space("late") == spaces.Box(-1000, 1000, (2,), np.int64)
+        assert envs.single_action_space("scout_0") == spaces.Discrete(3)
+        assert envs.observation_space("scout_1").shape == (3, 3)
+        assert envs.action_space("scout_0") == spaces.MultiDiscrete([3, 3, 3])
+        with pytest.raises(KeyError, match="'nobody' is not one of possible_agents"):
+            envs.single_action_space("nobody")
+        assert envs.metadata["name"] == "arena_v0"
+        assert repr(envs) == "<AsyncParallelVectorEnv 3 envs x 3 agents, inline backend>"
+        obs, infos = await envs.reset(seed=3)
+        assert list(obs) == list(envs.possible_agents)
+        assert obs["scout_0"].shape == (3, 3) and obs["scout_0"].dtype == np.float32
+        # "late" has not spawned: explicit placeholders, marked absent.
+        assert infos["active"]["late"].tolist() == [False] * 3
+        assert obs["late"].tolist() == [[0, 0]] * 3
+        states = await envs.call("state")  # reaches the ParallelEnv itself
+        assert len(states) == 3 and states[0].shape == (3,)
+        await envs.set_attr("max_steps", 2)
+        assert await envs.get_attr("max_steps") == (2, 2, 2)
+
+
+async def test_spawned_and_dead_agents_never_show_stale_data() -> None:
+    async with aiovec.AsyncParallelVectorEnv(
+            [functools.partial(Arena, max_steps=50, health=4)] * 2, backend="thread") as envs:
+        await envs.reset(seed=0)
+        seen_dead = False
+        for _ in range(40):
+            actions = {**scout_actions(2, 2), "late": np.full((2, 2), 0.5, dtype=np.float32)}
+            obs, rewards, terminations, truncations, infos = await envs.step(actions)
+            for agent in envs.possible_agents:
+                absent = ~infos["active"][agent]
+                assert not obs[agent][absent].any(), f"{agent}: stale observation"
+                assert not rewards[agent][absent].any()
+                assert not (terminations[agent] | truncations[agent])[absent].any()
+                seen_dead |= bool(absent.any()) and agent != "late"
+            # The step counter each present agent echoes is the same: nothing is left over.
+            counters = obs["scout_0"][:, 2]
+            present = infos["active"]["late"]
+            assert (obs["late"][present, 0] == counters[present]).all()
+        assert seen_dead
+
+
+async def test_bad_actions_are_refused_and_nothing_steps() -> None:
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 2, backend="inline") as envs:
+        await envs.reset(seed=0)
+        good = scout_actions(2)
+        with pytest.raises(ValueError, match=r"actions\['scout_1'\]: expected shape \(2,\)"):
+            await envs.step({**good, "scout_1": np.zeros(3, dtype=np.int64)})
+        with pytest.raises(ValueError, match=r"actions\['scout_0'\]: expected dtype int64"):
+            await envs.step({**good, "scout_0": np.zeros(2, dtype=np.float32)})
+        with pytest.raises(ValueError, match=r"actions for \['ghost'\], not in possible_agents"):
+            await envs.step({**good, "ghost": np.zeros(2)})
+        with pytest.raises(ValueError, match=r"no actions for 'scout_1', which acts in "
+                                             r"sub-envs \[0, 1\]"):
+            await envs.step({"scout_0": good["scout_0"]})
+        with pytest.raises(TypeError, match="actions must be a dict of agents"):
+            await envs.step(np.zeros(2))  # type: ignore[arg-type]
+        assert await envs.get_attr("steps_taken") == (0, 0)
+        # "late" acts nowhere yet: it may be left out.
+        obs, *_ = await envs.step(good)
+        assert obs["scout_0"][:, 2].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("backend", ["inline", "thread", "process"])
+async def test_a_failing_sub_env_is_named_with_its_traceback(backend: str, no_leaks: None) -> None:
+    env_fns = [Arena, functools.partial(Arena, fail_at=2), Arena]
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend=backend) as envs:
+        await envs.reset(seed=0)
+        await envs.step(scout_actions(3))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(scout_actions(3, 2))
+        group = caught.value
+        assert isinstance(group, RuntimeError) and group.env_indices == (1,)
+        error = group.exceptions[0]
+        assert isinstance(error, aiovec.SubEnvError) and error.phase == "step"
+        assert "arena failed in step 2" in error.remote_traceback
+        # The healthy sub-envs' results, in the multi-agent layout.
+        obs, rewards, *_ = group.partial_result
+        assert obs["scout_0"][[0, 2], 1].tolist() == [2.0, 2.0]
+        assert rewards["scout_1"][[0, 2]].tolist() == [-1.5, -1.5]
+        with pytest.raises(aiovec.ResetNeededError):
+            await envs.step(scout_actions(3))
+        await envs.reset(options={"reset_mask": np.array([False, True, False])})
+        obs, *_ = await envs.step(scout_actions(3))
+        assert obs["scout_0"][:, 2].tolist() == [3, 1, 3]
+
+
+async def test_a_dead_worker_is_restarted_and_its_agents_truncated(no_leaks: None) -> None:
+    env_fns = [Arena, functools.partial(Arena, exit_at=3)]
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend="process", num_workers=2,
+                                             restart=True) as envs:
+        await envs.reset(seed=0)
+        for _ in range(2):
+            await envs.step(scout_actions(2))
+        actions = {**scout_actions(2), "late": np.zeros((2, 2), dtype=np.float32)}
+        obs, rewards, terminations, truncations, infos = await envs.step(actions)
+        assert infos["_restart"].tolist() == [False, True]
+        assert "died" in infos["restart"][1]
+        for agent in SCOUTS:
+            assert truncations[agent].tolist() == [False, True]
+            assert rewards[agent][1] == 0.0 and not terminations[agent][1]
+        assert obs["scout_0"][1, 2] == 2  # the last observation stands
+        obs, _, _, _, infos = await envs.step(actions)  # sub-env 1 starts a new episode
+        assert obs["scout_0"][:, 2].tolist() == [4, 0]
+        assert infos["active"]["late"].tolist() == [True, False]
+        assert envs.statistics().restarts == 1
+
+
+async def test_a_hung_sub_env_times_out_and_is_named(no_leaks: None) -> None:
+    env_fns = [Arena, functools.partial(Arena, hang_at=1)]
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend="process", num_workers=2,
+                                             timeout=1.0) as envs:
+        await envs.reset(seed=0)
+        with pytest.raises(aiovec.EnvTimeoutError) as caught:
+            await envs.step(scout_actions(2))
+        assert caught.value.env_indices == (1,)
+        obs, *_ = caught.value.partial_result
+        assert obs["scout_0"][0, 2] == 1  # the punctual sub-env's step is kept
+
+
+async def test_a_cancelled_step_leaves_the_env_usable_after_reset(no_leaks: None) -> None:
+    env_fns = [Arena, functools.partial(Arena, hang_at=2)]
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend="process", num_workers=2,
+                                             timeout=30.0, close_timeout=1.0) as envs:
+        await envs.reset(seed=0)
+        await envs.step(scout_actions(2))
+        with anyio.move_on_after(0.5) as scope:
+            await envs.step(scout_actions(2))
+        assert scope.cancelled_caught
+        with pytest.raises(aiovec.ResetNeededError):
+            await envs.step(scout_actions(2))
+
+
+async def test_a_raising_sub_env_is_restarted_with_its_agents_truncated(no_leaks: None) -> None:
+    env_fns = [functools.partial(Arena, fail_at=1)] * 2
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend="thread", restart=True) as envs:
+        await envs.reset(seed=0)
+        *_, truncations, infos = await envs.step(scout_actions(2))
+        assert infos["_restart"].all()
+        assert truncations["scout_0"].all() and not truncations["late"].any()
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+@pytest.mark.parametrize(("options", "message"), [
+    ({"autoreset_mode": AutoresetMode.SAME_STEP}, "is not offered for multi-agent envs"),
+    ({"backend": "async"}, "cannot host ParallelEnv sub-envs"),
+])
+async def test_unsupported_configurations_are_refused(anyio_backend: Any, options: Any,
+                                                      message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        aiovec.AsyncParallelVectorEnv([Arena], **options)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_wrong_factories_are_refused(anyio_backend: Any) -> None:
+    with pytest.raises(TypeError, match=r"env_fns\[1\] is Arena, not a callable"):
+        aiovec.AsyncParallelVectorEnv([Arena, Arena()], backend="inline")
+    with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+        async with aiovec.AsyncParallelVectorEnv([lambda: parallel_to_aec(Arena())],
+                                                 backend="inline"):
+            pass
+    assert "AEC env: wrap it with pettingzoo.utils.aec_to_parallel" in str(
+        caught.value.exceptions[0])
+    with pytest.raises(RuntimeError, match=r"Sub-env 1's observation space differs from "
+                                           r"sub-env 0's at \['active'\]: keys \['a', 'b', 'c'\] "
+                                           r"vs \['late', 'scout_0', 'scout_1'\]"):
+        async with aiovec.AsyncParallelVectorEnv([Arena, Renamed], backend="inline"):
+            pass
+
+
+async def test_the_sync_shim_steps_and_closes_twice() -> None:
+    envs = aiovec.ParallelVectorEnv([Arena] * 2, backend="thread")
+    with envs:
+        obs, _ = envs.reset(seed=0)
+        assert obs["scout_0"].shape == (2, 3) and envs.total_agents == 6
+        _, rewards, *_ = envs.step(scout_actions(2))
+        assert rewards["scout_1"].tolist() == [-0.5, -0.5]
+        assert envs.call("state")[0].shape == (3,)
+        assert "ParallelVectorEnv(num_envs=2" in repr(envs)
+    envs.close()  # again: nothing happens
+    with pytest.raises(aiovec.ClosedError, match="cannot step"):
+        envs.step(scout_actions(2))
