@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pettingzoo
 import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
@@ -17,18 +19,42 @@ from tests.multiagent.envs import Arena
 from tests.multiagent.reference import SerialParallelEnvs
 
 NUM_ENVS = 3
-NUM_STEPS = 300
 RAY_STEPS = 60
 
 
-def _pistonball() -> Any:
-    from pettingzoo.butterfly import pistonball_v6
-    return pistonball_v6.parallel_env(n_pistons=4, max_cycles=40)
+def _mpe2(name: str, **kwargs: Any) -> Any:
+    return importlib.import_module(f"mpe2.{name}").parallel_env(**kwargs)
 
 
-ENVS: dict[str, Callable[[], Any]] = {
-    "arena": Arena,
-    "arena-short": functools.partial(Arena, max_steps=4, health=30),
+def mpe2_env(name: str, **kwargs: Any) -> Callable[[], Any]:
+    """MPE2's ``name.parallel_env(**kwargs)``, imported where the sub-env lives."""
+    return functools.partial(_mpe2, name, **kwargs)
+
+
+def pettingzoo_env(env_id: str, **kwargs: Any) -> Callable[[], Any]:
+    """PettingZoo's registered parallel env ``env_id``."""
+    return functools.partial(pettingzoo.make, "parallel", env_id, **kwargs)
+
+
+#: name -> (factory, steps per rollout): headless envs of every shape, short episodes so
+#: that both episode ends and autoresets happen; the heavy ones (images) step less.
+ENVS: dict[str, tuple[Callable[[], Any], int]] = {
+    # Agents die and spawn; one agent has other spaces.
+    "arena": (Arena, 300),
+    "arena-truncated": (functools.partial(Arena, max_steps=4, health=30), 300),
+    # Agents with different observation spaces.
+    "mpe2-simple_adversary": (mpe2_env("simple_adversary_v3", max_cycles=10), 60),
+    "mpe2-simple_spread-continuous": (
+        mpe2_env("simple_spread_v3", max_cycles=10, continuous_actions=True), 60),
+    # Knights and archers die (killable), zombies end the game.
+    "butterfly-knights_archers_zombies": (
+        pettingzoo_env("butterfly/knights_archers_zombies-v11", max_cycles=20, spawn_delay=2),
+        50),
+    # Image observations (457x120x3 per piston) through shared memory.
+    "butterfly-pistonball": (
+        pettingzoo_env("butterfly/pistonball-v6", n_pistons=3, max_cycles=8), 20),
+    "sisl-pursuit": (pettingzoo_env("sisl/pursuit-v5", max_cycles=10, n_evaders=5,
+                                    n_pursuers=4), 30),
 }
 
 
@@ -62,17 +88,22 @@ async def _compare(envs: aiovec.AsyncParallelVectorEnv, env_fn: Callable[[], Any
         oracle.close()
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED],
-                         ids=["next_step", "disabled"])
-@pytest.mark.parametrize("env_name", sorted(ENVS))
+CASES = [
+    *[(name, AutoresetMode.NEXT_STEP) for name in ENVS],
+    *[(name, AutoresetMode.DISABLED) for name in ("arena", "arena-truncated", "sisl-pursuit")],
+]
+
+
+@pytest.mark.parametrize(("env_name", "mode"), CASES,
+                         ids=[f"{name}-{mode.value}" for name, mode in CASES])
 @pytest.mark.parametrize("backend", ["inline", "thread", "process", "ray"])
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
 async def test_rollouts_match_stepping_one_by_one(
         anyio_backend: Any, backend: str, env_name: str, mode: AutoresetMode,
         no_leaks: None) -> None:
-    env_fn = ENVS[env_name]
+    env_fn, num_steps = ENVS[env_name]
     options = {"num_workers": 2} if backend in ("process", "ray") else {}
     async with aiovec.AsyncParallelVectorEnv([env_fn] * NUM_ENVS, backend=backend,
                                              autoreset_mode=mode, **options) as envs:
         await _compare(envs, env_fn, mode is AutoresetMode.NEXT_STEP,
-                       RAY_STEPS if backend == "ray" else NUM_STEPS)
+                       min(num_steps, RAY_STEPS) if backend == "ray" else num_steps)
