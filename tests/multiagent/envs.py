@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+import pettingzoo
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
@@ -103,3 +107,17 @@ class Arena(ParallelEnv[str, Any, Any]):
 
     def close(self) -> None:
         pass
+
+
+def _mpe2(name: str, **kwargs: Any) -> Any:
+    return importlib.import_module(f"mpe2.{name}").parallel_env(**kwargs)
+
+
+def mpe2_env(name: str, **kwargs: Any) -> Callable[[], Any]:
+    """MPE2's ``name.parallel_env(**kwargs)``, imported where the sub-env lives."""
+    return functools.partial(_mpe2, name, **kwargs)
+
+
+def pettingzoo_env(env_id: str, **kwargs: Any) -> Callable[[], Any]:
+    """PettingZoo's registered parallel env ``env_id``."""
+    return functools.partial(pettingzoo.make, "parallel", env_id, **kwargs)

@@ -3,37 +3,21 @@
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pettingzoo
 import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import aiovec
 from tests.helpers import assert_identical
-from tests.multiagent.envs import Arena
+from tests.multiagent.envs import Arena, mpe2_env, pettingzoo_env
 from tests.multiagent.reference import SerialParallelEnvs
 
 NUM_ENVS = 3
 RAY_STEPS = 60
-
-
-def _mpe2(name: str, **kwargs: Any) -> Any:
-    return importlib.import_module(f"mpe2.{name}").parallel_env(**kwargs)
-
-
-def mpe2_env(name: str, **kwargs: Any) -> Callable[[], Any]:
-    """MPE2's ``name.parallel_env(**kwargs)``, imported where the sub-env lives."""
-    return functools.partial(_mpe2, name, **kwargs)
-
-
-def pettingzoo_env(env_id: str, **kwargs: Any) -> Callable[[], Any]:
-    """PettingZoo's registered parallel env ``env_id``."""
-    return functools.partial(pettingzoo.make, "parallel", env_id, **kwargs)
 
 
 #: name -> (factory, steps per rollout): headless envs of every shape, short episodes so
