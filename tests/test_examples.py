@@ -112,3 +112,18 @@ def test_ray_cluster_example_recovers_from_a_dead_node() -> None:
     assert before.group(1) != after.group(1)  # on the replacement node now
     assert "episodes cut by the node's death (truncated): 4; restarted sub-envs: 4" in out
     assert "statistics: restarts=4" in out
+
+
+@pytest.mark.parametrize(("backend", "loop"), [("process", "asyncio"), ("thread", "trio")])
+def test_multiagent_example_counts_present_and_absent_agents(backend: str, loop: str) -> None:
+    out = run_example(str(EXAMPLES / "multiagent.py"), "--num-envs", "3", "--steps", "120",
+                      "--max-cycles", "40", "--backend", backend, "--loop", loop)
+    assert f"3 envs x 4 agents ['archer_0', 'archer_1', 'knight_0', 'knight_1'] on the " \
+           f"{backend} backend" in out, out
+    for face in ("async", "sync"):
+        line = next(line for line in out.splitlines() if line.startswith(f"{face}:"))
+        # 120 steps of 40-cycle episodes: every sub-env finished at least two episodes.
+        finished = re.search(r"(\d+) episodes finished", line)
+        assert finished is not None and int(finished.group(1)) >= 6, line
+        rows = re.search(r"([\d,]+) of ([\d,]+) agent rows", line)
+        assert rows is not None and rows.group(2) == f"{120 * 3 * 4:,}", line
