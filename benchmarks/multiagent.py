@@ -64,11 +64,19 @@ def _mpe2(name: str, **kwargs: Any) -> Any:
     return importlib.import_module(f"mpe2.{name}").parallel_env(**kwargs)
 
 
+def _knights_archers_zombies(**kwargs: Any) -> Any:
+    """PettingZoo's registry (1.27+), else the module of the release AgileRL pins (1.26)."""
+    if hasattr(pettingzoo, "make"):
+        return pettingzoo.make("parallel", "butterfly/knights_archers_zombies-v11", **kwargs)
+    from pettingzoo.butterfly import knights_archers_zombies_v10
+    return knights_archers_zombies_v10.parallel_env(**kwargs)
+
+
 WORKLOADS: dict[str, Callable[[], Any]] = {
     "MPE2 simple_spread (3 agents)": functools.partial(_mpe2, "simple_spread_v3",
                                                        max_cycles=25),
     "Butterfly knights_archers_zombies (4 agents, some die)": functools.partial(
-        pettingzoo.make, "parallel", "butterfly/knights_archers_zombies-v11", max_cycles=200),
+        _knights_archers_zombies, max_cycles=200),
 }
 
 
