@@ -150,7 +150,9 @@ def test_scripts_need_no_main_guard(tmp_path: Path) -> None:
     assert done.stdout.count("ran (2, 4)") == 1
 
 
-async def test_fifty_cycles_and_a_crash_leak_nothing(no_leaks: None) -> None:
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # ~20 s each: no uvloop run
+async def test_fifty_cycles_and_a_crash_leak_nothing(anyio_backend: str,
+                                                     no_leaks: None) -> None:
     for _ in range(50):
         async with aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process",
                                          num_workers=1) as envs:
