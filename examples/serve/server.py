@@ -1,0 +1,57 @@
+"""Serve registered envs over HTTP and WebSocket: uvicorn, uvloop, one process.
+
+    python examples/serve/server.py --port 8000
+    python examples/serve/client.py --url http://127.0.0.1:8000
+
+Binds 127.0.0.1 by default; ``--port 0`` picks a free port. The first line printed is
+``serving on http://HOST:PORT`` once the app is started (its lifespan ran), so a supervisor or
+a test can wait for it. SIGINT / SIGTERM stop it gracefully: open requests get
+``--graceful-seconds`` to finish, then every session's envs are closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import socket
+import sys
+
+import uvicorn
+from app import create_app
+
+
+class AnnouncingServer(uvicorn.Server):
+    """Prints the address once the app is up (lifespan started, sockets listening)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            print(f"serving on http://{host}:{port}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-sessions", type=int, default=64)
+    parser.add_argument("--idle-timeout", type=float, default=300.0,
+                        help="seconds before an unused session is closed")
+    parser.add_argument("--graceful-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    app = create_app(max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
+                     reap_period=min(1.0, args.idle_timeout / 2))
+    config = uvicorn.Config(app, loop="uvloop", lifespan="on", log_level="warning",
+                            timeout_graceful_shutdown=args.graceful_seconds)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((args.host, args.port))
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: end quietly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        AnnouncingServer(config).run(sockets=[listener])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""A real server for the served-env tests: examples/serve/server.py under uvicorn, in its own
+process on 127.0.0.1, stopped with SIGTERM at the end; nothing it started may outlive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SERVER = Path(__file__).resolve().parents[2] / "examples" / "serve" / "server.py"
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid, for every process."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid``."""
+    parents = _parents()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds (a deadline, not a sleep standing in for a signal)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[str]
+
+    def workers(self) -> set[int]:
+        """aiovec's sub-env worker processes under the server."""
+        return {pid for pid in descendants(self.process.pid)
+                if "aiovec._backends._process_worker" in cmdline(pid)}
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait; returns the exit code. Everything it started must be gone."""
+        below = descendants(self.process.pid)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError("the server did not stop within {timeout} s") from None
+        wait_until(lambda: not (below & set(_parents())), 15, "the server's children to exit")
+        return code
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., Server]]:
+    """Start ``server.py`` with extra arguments; stopped (and checked clean) at teardown."""
+    started: list[Server] = []
+
+    def start(*args: str) -> Server:
+        process = subprocess.Popen(
+            [sys.executable, str(SERVER), "--port", "0", *args], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        line = process.stdout.readline()  # printed once the app's lifespan has started
+        if not line.startswith("serving on "):
+            process.kill()
+            _, errors = process.communicate()
+            raise AssertionError(f"the server did not start: {line!r} {errors}")
+        server = Server(line.split()[-1], process)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        code = server.stop()
+        _, errors = server.process.communicate()
+        assert code == 0, errors
+        assert "Traceback" not in errors, errors
