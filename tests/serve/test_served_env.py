@@ -8,7 +8,10 @@ import json
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -319,3 +322,19 @@ async def test_a_websocket_that_drops_mid_step_releases_its_session(
         await anyio.to_thread.run_sync(
             lambda: wait_until(lambda: not (workers & descendants(server.process.pid)), 10,
                                "the session's workers to exit"))
+
+
+def test_the_tiny_client_plays_over_http_and_websocket(start_server: Any) -> None:
+    server = start_server()
+    client = Path(__file__).resolve().parents[2] / "examples" / "serve" / "client.py"
+    completed = subprocess.run(
+        [sys.executable, str(client), "--url", server.url, "--num-envs", "3", "--steps", "40"],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert "Traceback" not in completed.stderr, completed.stderr
+    for transport in ("http", "websocket"):
+        line = next(line for line in completed.stdout.splitlines()
+                    if line.startswith(f"{transport}:"))
+        # Every step pays each of the 3 CartPoles 1 (reset steps pay 0).
+        reward = float(line.rsplit(" ", 1)[1])
+        assert 40 * 3 * 0.8 <= reward <= 40 * 3, line
+    assert session_count(server) == 0
