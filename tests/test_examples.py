@@ -127,3 +127,20 @@ def test_multiagent_example_counts_present_and_absent_agents(backend: str, loop:
         assert finished is not None and int(finished.group(1)) >= 6, line
         rows = re.search(r"([\d,]+) of ([\d,]+) agent rows", line)
         assert rows is not None and rows.group(2) == f"{120 * 3 * 4:,}", line
+
+
+def test_double_buffering_example_measures_both_loops() -> None:
+    out = run_example(str(EXAMPLES / "double_buffering.py"), "--num-envs", "8", "--env-ms", "2",
+                      "--seconds", "0.5")
+    rates = [float(rate) for rate in re.findall(r"([\d.]+) vector steps/s", out)]
+    assert len(rates) == 2 and all(rate > 0 for rate in rates), out
+    speedup = re.search(r"speedup: ([\d.]+)x", out)
+    assert speedup is not None and float(speedup.group(1)) == pytest.approx(
+        rates[1] / rates[0], abs=0.01), out
+
+
+def test_dropin_example_reproduces_gymnasium_exactly() -> None:
+    out = run_example(str(EXAMPLES / "dropin_gymnasium.py"), "--num-envs", "4", "--steps", "300")
+    assert "identical trajectories: True" in out, out
+    digests = re.findall(r"observations digest (\w+)", out)
+    assert len(digests) == 2 and digests[0] == digests[1], out
