@@ -1,13 +1,14 @@
 # The two commands of the README's quickstart, and the checks CI runs.
 #   make demo   - set up .venv (first time only) and run examples/quickstart.py
-#   make test   - set up .venv (first time only), then lint, type-check, test and package-check
+#   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
+#                 API reference (docs/, mkdocs) and test
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Reinstall whenever the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit package bench clean
+.PHONY: demo test lint typecheck unit package docs bench clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +20,17 @@ $(STAMP):
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck package unit
+test: lint typecheck package docs unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The API reference (mkdocs + mkdocstrings, strict: a broken reference fails the build).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --quiet --strict --site-dir build/site
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import types
+from pathlib import Path
 
 import aiovec
 import aiovec.testing
@@ -28,3 +30,9 @@ def test_testing_module_is_curated() -> None:
 
 def test_version() -> None:
     assert isinstance(aiovec.__version__, str) and aiovec.__version__.count(".") == 2
+
+
+def test_the_api_reference_documents_every_public_name() -> None:
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"^::: aiovec\.(\w+)$", reference, flags=re.MULTILINE))
+    assert documented == set(aiovec.__all__)
