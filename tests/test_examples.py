@@ -130,7 +130,7 @@ def test_multiagent_example_counts_present_and_absent_agents(backend: str, loop:
 
 
 def test_double_buffering_example_measures_both_loops() -> None:
-    out = run_example(str(EXAMPLES / "double_buffering.py"), "--num-envs", "8", "--env-ms", "2",
+    out = run_example(str(EXAMPLES / "double_buffering.py"), "--num-envs", "8", "--env-ms", "1",
                       "--seconds", "0.5")
     rates = [float(rate) for rate in re.findall(r"([\d.]+) vector steps/s", out)]
     assert len(rates) == 2 and all(rate > 0 for rate in rates), out
