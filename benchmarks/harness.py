@@ -4,9 +4,13 @@ error cells."""
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
@@ -92,3 +96,20 @@ async def stamped_async(step: Callable[[Any], Awaitable[object]], actions: Seque
     if timing:
         timing(False)
     return stamps
+
+
+def machine() -> str:
+    """The CPU model and core count, for a results table's header."""
+    try:
+        model = next(line.split(":", 1)[1].strip()
+                     for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def revision() -> str:
+    """The checked-out aiovec commit, short."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip() or "unknown"

@@ -30,11 +30,9 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
-import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,7 +44,7 @@ from typing import Any
 import anyio
 import pettingzoo
 from gymnasium.vector.utils import batch_space
-from harness import describe, stamped, stamped_async
+from harness import describe, machine, revision, stamped, stamped_async
 
 import aiovec
 
@@ -156,16 +154,6 @@ def agilerl(factory: Callable[[], Any], actions: list[dict[str, Any]],
 RUNNERS = {SERIAL: serial, ASYNC: aiovec_async, SYNC: aiovec_sync, AGILERL: agilerl}
 
 
-def machine() -> str:
-    try:
-        model = next(line.split(":", 1)[1].strip()
-                     for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} cores"
-
-
 def agilerl_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -202,12 +190,10 @@ def main() -> None:
                 errors[cell] = describe(error)
             print(f"repeat {repeat + 1}/{repeats}: {workload}, {contender}", file=sys.stderr)
 
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False).stdout.strip() or "unknown"
     lines = [
         f"# Multi-agent: {NUM_ENVS} PettingZoo envs, aiovec vs AgileRL vs a serial loop",
         "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision}",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision()}",
         f"- machine: {machine()}; Python {platform.python_version()}, "
         f"pettingzoo {pettingzoo.__version__}, agilerl {with_agilerl or 'not installed'}",
         f"- method: median of {repeats} interleaved repeats, {seconds} s of stepping each; "

@@ -27,7 +27,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from typing import Any
 import anyio
 import numpy as np
 from bench_envs import CpuEnv, make_cartpole
-from harness import describe, stamped_async
+from harness import describe, machine, revision, stamped_async
 
 import aiovec
 
@@ -101,16 +100,6 @@ def measure(cell: Cell, plan: Plan) -> tuple[float, float]:
     return (cell.num_envs * (len(stamps) - 1) / elapsed, float(np.median(np.diff(stamps))))
 
 
-def machine() -> str:
-    try:
-        model = next(line.split(":", 1)[1].strip()
-                     for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} cores"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -145,12 +134,10 @@ def main() -> None:
     finally:
         ray.shutdown()
 
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False).stdout.strip() or "unknown"
     lines = [
         "# aiovec on Ray vs process, one machine",
         "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision}",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision()}",
         f"- machine: {machine()}; Python {platform.python_version()}, ray {ray.__version__}",
         f"- method: median of {repeats} interleaved repeats, {seconds} s of stepping each, "
         "`await envs.step()` on uvloop; steps/s = sub-env steps per wall second; "
