@@ -23,6 +23,7 @@ from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
 from aiovec._exceptions import WorkerDiedError as WorkerDiedError
 from aiovec._make import make_async_vec as make_async_vec
 from aiovec._make import make_vec as make_vec
+from aiovec._make import register_envs as register_envs
 from aiovec._multiagent._vector_env import AsyncParallelVectorEnv as AsyncParallelVectorEnv
 from aiovec._shim._parallel_vector_env import ParallelVectorEnv as ParallelVectorEnv
 from aiovec._shim._vector_env import VectorEnv as VectorEnv
@@ -52,6 +53,7 @@ __all__ = (
     "WorkerDiedError",
     "make_async_vec",
     "make_vec",
+    "register_envs",
 )
 
 # Report the public names as aiovec's own: shorter tracebacks, stable pickles.

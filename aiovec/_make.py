@@ -1,8 +1,10 @@
-"""``make_vec`` and ``make_async_vec``: vector envs from a registered id, like Gymnasium's."""
+"""``make_vec`` and ``make_async_vec``: vector envs from a registered id, like Gymnasium's;
+``register_envs``: ids through which ``gymnasium.make_vec`` itself builds aiovec vector envs."""
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,7 +14,7 @@ from gymnasium.envs.registration import EnvSpec
 from aiovec._core._vector_env import AsyncVectorEnv
 from aiovec._shim._vector_env import VectorEnv
 
-__all__ = ["make_async_vec", "make_vec"]
+__all__ = ["make_async_vec", "make_vec", "register_envs"]
 
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
@@ -97,3 +99,47 @@ def make_async_vec(
     envs = AsyncVectorEnv(factories, **vector_kwargs)
     envs.spec = _vector_spec(spec, num_envs, kwargs, vector_kwargs, wrappers, "async")
     return envs
+
+
+#: ``VectorEnv`` keywords that ``gymnasium.make_vec(id, n, **kwargs)`` may pass through an id
+#: made by ``register_envs`` (every other keyword goes to the sub-envs' ``gymnasium.make``).
+_VECTOR_OPTIONS = frozenset({
+    "backend", "timeout", "close_timeout", "restart", "batch_size", "max_concurrency",
+    "num_workers", "address", "actor_options", "copy", "context", "shared_memory", "daemon",
+    "observation_mode", "autoreset_mode",
+})
+
+
+def _make_registered(env_id: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
+    """The vector entry point of a ``register_envs`` id (``gymnasium.make_vec`` calls it)."""
+    vector_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in _VECTOR_OPTIONS}
+    return make_vec(env_id, num_envs, vector_kwargs=vector_kwargs, **kwargs)
+
+
+def register_envs(*env_ids: str, namespace: str = "aiovec") -> list[str]:
+    """Register ``"{namespace}/{name}"`` for each Gymnasium id (default: every id registered
+    now), so ``gymnasium.make_vec("aiovec/CartPole-v1", 8, backend="process")`` returns an
+    ``aiovec.VectorEnv``: its vector entry point is aiovec's, its sub-envs the original id's.
+
+    Keywords of ``VectorEnv`` (``backend``, ``timeout``, ``restart``, ...) given to
+    ``gymnasium.make_vec`` configure the vector env; the others go to each sub-env. Returns the
+    new ids; registering an id again is a no-op.
+    """
+    registry = gym.envs.registration.registry
+    originals = env_ids or tuple(env_id for env_id, spec in registry.items()
+                                 if spec.namespace != namespace and spec.entry_point)
+    registered = []
+    for env_id in originals:
+        spec = gym.spec(env_id)
+        name = spec.name if spec.namespace is None else f"{spec.namespace}-{spec.name}"
+        new_id = f"{namespace}/{name}" + ("" if spec.version is None else f"-v{spec.version}")
+        if new_id not in registry:
+            gym.register(
+                id=new_id, entry_point=spec.entry_point,
+                vector_entry_point=functools.partial(_make_registered, spec.id),
+                reward_threshold=spec.reward_threshold, nondeterministic=spec.nondeterministic,
+                max_episode_steps=spec.max_episode_steps, order_enforce=spec.order_enforce,
+                disable_env_checker=spec.disable_env_checker, kwargs=dict(spec.kwargs),
+            )
+        registered.append(new_id)
+    return registered
