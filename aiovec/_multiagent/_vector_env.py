@@ -20,7 +20,13 @@ from gymnasium.vector.utils import batch_space
 from aiovec._backends import ActorOptions
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import USE_DEFAULT, AsyncVectorEnv, StepResult, Timeout
+from aiovec._core._vector_env import (
+    START_TIMEOUT,
+    USE_DEFAULT,
+    AsyncVectorEnv,
+    StepResult,
+    Timeout,
+)
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
 from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
 
@@ -103,7 +109,7 @@ class AsyncParallelVectorEnv:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, *, timeout: float | None = 60.0) -> None:
+    async def start(self, *, timeout: float | None = START_TIMEOUT) -> None:
         """Make every sub-env; ``reset`` does it on first use, ``async with`` up front."""
         if self._possible_agents is not None:
             return

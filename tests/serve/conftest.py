@@ -77,7 +77,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise AssertionError("the server did not stop within {timeout} s") from None
+            raise AssertionError(f"the server did not stop within {timeout} s") from None
         wait_until(lambda: not (below & set(_parents())), 15, "the server's children to exit")
         return code
 
