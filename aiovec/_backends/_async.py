@@ -25,7 +25,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import Arrivals, Backend, Pending, Remade
 from aiovec._core._async_env import is_async_env
-from aiovec._core._slot import EnvDescription, Failure, Op
+from aiovec._core._slot import CallRequest, EnvDescription, Failure, Op
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
 
@@ -110,17 +110,23 @@ class _AsyncSlot:
         finally:
             self.step_timer(started)
 
-    async def _call(self, request: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
-        name, args, kwargs = request
-        attribute = self._live_env().get_wrapper_attr(name)
-        if not callable(attribute):
-            return attribute
-        result = attribute(*args, **kwargs)
+    async def _call(self, request: CallRequest | None) -> Any:
+        if request is None:  # a call aimed at other sub-envs
+            return None
+        target, args, kwargs = request
+        if callable(target):
+            result = target(self._live_env(), *args, **kwargs)
+        else:
+            attribute = self._live_env().get_wrapper_attr(target)
+            if not callable(attribute):
+                return attribute
+            result = attribute(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
-    async def _set_attr(self, request: tuple[str, Any]) -> None:
-        name, value = request
-        self._live_env().set_wrapper_attr(name, value)
+    async def _set_attr(self, request: tuple[str, Any] | None) -> None:
+        if request is not None:  # None: aimed at other sub-envs
+            name, value = request
+            self._live_env().set_wrapper_attr(name, value)
 
     async def _close(self, _: None) -> None:
         env, self.env = self.env, None

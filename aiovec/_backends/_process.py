@@ -462,10 +462,13 @@ class ProcessBackend(Backend):
         sequence = next(self._sequence)
         pending = _ProcessPending(self, op, env_indices, sequence, arrivals)
         kind = _KIND_OF_OP[op]
-        shared_payload = dumps(payloads[0]) if op is Op.CALL else b""
         some = op is Op.STEP and not pending.every_env
         if some:
             kind = Kind.STEP_SOME
+        # Every frame is built before any is sent: a payload that fails to pickle must not
+        # leave some workers running the request and others not.
+        frames: list[tuple[_Worker, bytes]] = []
+        dead: list[_Worker] = []
         for worker in self._workers:
             requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE) or some
                          else worker.env_indices)
@@ -473,7 +476,7 @@ class ProcessBackend(Backend):
                 continue
             if not worker.alive:
                 if op is not Op.CLOSE:  # a dead worker has nothing left to close
-                    pending.worker_died(worker)
+                    dead.append(worker)
                 continue
             if some:
                 payload = self._some_steps_payload(pending, requested, payloads)
@@ -482,13 +485,17 @@ class ProcessBackend(Backend):
             elif op is Op.RESET:
                 payload = dumps([(env_index, *payloads[pending.position(env_index)])
                                  for env_index in requested])
-            elif op is Op.SET_ATTR:
+            elif op is Op.SET_ATTR or op is Op.CALL:
                 payload = dumps([payloads[env_index] for env_index in requested])
             elif op is Op.MAKE:
                 payload = dumps(requested)
             else:
-                payload = shared_payload
-            self._send(worker, encode(kind, sequence, payload))
+                payload = b""
+            frames.append((worker, encode(kind, sequence, payload)))
+        for worker in dead:
+            pending.worker_died(worker)
+        for worker, frame in frames:
+            self._send(worker, frame)
             worker.outstanding.append((sequence, pending))
             pending.expect(worker)
         return pending

@@ -261,8 +261,7 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
             sock.sendall(_reply(sequence, "reset", worker.reset(requests),
                                 [env_index for env_index, _, _ in requests]))
         elif kind is Kind.CALL:
-            name, args, kwargs = pickle.loads(payload)
-            replies = worker.run_each(Op.CALL, [(name, args, kwargs)] * len(worker.slots))
+            replies = worker.run_each(Op.CALL, pickle.loads(payload))
             sock.sendall(_reply(sequence, "call", replies, hosted))
         elif kind is Kind.SET_ATTR:
             replies = worker.run_each(Op.SET_ATTR, pickle.loads(payload))

@@ -21,7 +21,9 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._async_env import CoroutineEnvError, is_async_env
 
-__all__ = ["EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome"]
+__all__ = [
+    "CallRequest", "EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome",
+]
 
 # What a sub-env step hands back: obs, reward, terminated, truncated, info, and for a
 # same-step autoreset the ``{"final_obs": ..., "final_info": ...}`` entry (else ``None``).
@@ -30,6 +32,10 @@ StepOutcome = tuple[Any, Any, bool, bool, dict[str, Any], "dict[str, Any] | None
 
 # What an explicit reset hands back: obs, info, and the env's ``np_random_seed`` afterwards.
 ResetOutcome = tuple[Any, dict[str, Any], "int | None"]
+
+# What a call asks of one sub-env: an attribute or method name, or a function taking the env
+# first (it must pickle for the process and Ray backends); then the call's arguments.
+CallRequest = tuple["str | Callable[..., Any]", tuple[Any, ...], dict[str, Any]]
 
 
 class Op(enum.Enum):
@@ -149,14 +155,19 @@ class EnvSlot:
                 return obs, reward, terminated, truncated, info, final
         return obs, reward, terminated, truncated, info, None
 
-    def _call(self, request: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
-        name, args, kwargs = request
-        attribute = self._live_env().get_wrapper_attr(name)
+    def _call(self, request: CallRequest | None) -> Any:
+        if request is None:  # a call aimed at other sub-envs
+            return None
+        target, args, kwargs = request
+        if callable(target):  # a function of the env, run where the env lives
+            return target(self._live_env(), *args, **kwargs)
+        attribute = self._live_env().get_wrapper_attr(target)
         return attribute(*args, **kwargs) if callable(attribute) else attribute
 
-    def _set_attr(self, request: tuple[str, Any]) -> None:
-        name, value = request
-        self._live_env().set_wrapper_attr(name, value)
+    def _set_attr(self, request: tuple[str, Any] | None) -> None:
+        if request is not None:  # None: aimed at other sub-envs
+            name, value = request
+            self._live_env().set_wrapper_attr(name, value)
 
     def _close(self, _: None) -> None:
         env, self.env = self.env, None

@@ -30,7 +30,7 @@ from aiovec._core._infos import merge_info
 from aiovec._core._observations import copy_observations, take_rows
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
-from aiovec._core._slot import EnvDescription, Failure, Op
+from aiovec._core._slot import CallRequest, EnvDescription, Failure, Op
 from aiovec._core._spaces import (
     ObservationMode,
     VectorSpaces,
@@ -1041,10 +1041,45 @@ class AsyncVectorEnv:
     ) -> _InFlight:
         if not isinstance(name, str):
             raise TypeError(f"the attribute name must be a str, got {type(name).__name__}")
+        return await self._submit_call_at(self._all_envs, name, args, kwargs)
+
+    async def _submit_call_at(
+        self, env_ids: Sequence[int], target: str | Callable[..., Any],
+        args: tuple[Any, ...], kwargs: dict[str, Any],
+    ) -> _InFlight:
+        """Call ``target`` (a name, or a picklable function taking the env first) on sub-envs
+        ``env_ids`` only; the others answer ``None``. For adapters (``aiovec.sb3``)."""
+        chosen = set(self._indices_in_range(env_ids))
         await self._ensure_started()
         self._claim("call")
-        payloads = [(name, args, kwargs)] * self.num_envs
+        request: CallRequest = (target, args, kwargs)
+        payloads = [request if index in chosen else None for index in self._all_envs]
         return self._submit(Op.CALL, "call", self._all_envs, payloads)
+
+    async def _call_at(
+        self, env_ids: Sequence[int], target: str | Callable[..., Any], /,
+        *args: Any, **kwargs: Any,
+    ) -> tuple[Any, ...]:
+        """``call`` on sub-envs ``env_ids`` only (see ``_submit_call_at``) → their results."""
+        in_flight = await self._submit_call_at(env_ids, target, args, kwargs)
+        results = await self._finish_call(in_flight, USE_DEFAULT)
+        return tuple(results[index] for index in env_ids)
+
+    async def _set_attr_at(self, env_ids: Sequence[int], name: str, value: Any) -> None:
+        """Set attribute ``name`` to ``value`` on sub-envs ``env_ids`` only."""
+        chosen = set(self._indices_in_range(env_ids))
+        await self._ensure_started()
+        self._claim("set_attr")
+        payloads = [(name, value) if index in chosen else None for index in self._all_envs]
+        in_flight = self._submit(Op.SET_ATTR, "set_attr", self._all_envs, payloads)
+        await self._finish_call(in_flight, USE_DEFAULT)
+
+    def _indices_in_range(self, env_ids: Sequence[int]) -> Sequence[int]:
+        for index in env_ids:
+            if not 0 <= index < self.num_envs:
+                raise IndexError(f"sub-env index {index} is out of range for "
+                                 f"{self.num_envs} sub-envs")
+        return env_ids
 
     async def _finish_call(self, in_flight: _InFlight, timeout: Timeout) -> tuple[Any, ...]:
         try:

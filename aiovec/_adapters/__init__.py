@@ -1,0 +1,1 @@
+"""Adapters that present aiovec vector envs through other libraries' interfaces."""
