@@ -1,14 +1,14 @@
 # The two commands of the README's quickstart, and the checks CI runs.
 #   make demo   - set up .venv (first time only) and run examples/quickstart.py
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
-#                 API reference (docs/, mkdocs) and test
+#                 API reference (docs/, mkdocs) and test, then RLlib's tests in .venv-rllib
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Reinstall whenever the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit package docs bench clean
+.PHONY: demo test lint typecheck unit rllib package docs bench clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(STAMP):
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck package docs unit
+test: lint typecheck package docs unit rllib
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
@@ -34,6 +34,23 @@ docs: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest
+
+# RLlib pins its own Gymnasium (ray[rllib] 2.60: gymnasium==1.2.2), so its tests (tests/rllib)
+# run in a venv of their own. torch is pinned: its CPU wheel, not GBs of CUDA, where a local
+# wheel directory (PIP_FIND_LINKS) offers one.
+RLLIB_VENV := .venv-rllib
+RLLIB_STAMP := $(RLLIB_VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+$(RLLIB_STAMP):
+	$(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RLLIB_VENV)/bin/python -m pip install --quiet torch==2.13.0 'ray[rllib]==2.60.0' \
+		pytest pytest-timeout -e .
+	rm -f $(RLLIB_VENV)/.installed-*
+	touch $(RLLIB_STAMP)
+
+rllib: $(RLLIB_STAMP)
+	$(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/rllib
 
 # Build the wheel and sdist, then import aiovec from the wheel alone: packaging cannot rot.
 package: $(STAMP)
@@ -58,4 +75,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(RLLIB_VENV) dist build .mypy_cache .ruff_cache .pytest_cache
