@@ -9,11 +9,13 @@ the sub-envs with Gymnasium's same-step autoreset and translates each batch; eve
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
@@ -23,8 +25,9 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from aiovec._adapters._env_calls import call_method, is_wrapped, read_attr
-from aiovec._core._vector_env import EnvFactory
+from aiovec._core._vector_env import EnvFactory, StepResult
 from aiovec._exceptions import SubEnvErrorGroup
+from aiovec._shim._portal import Submitted
 from aiovec._shim._vector_env import VectorEnv
 
 __all__ = ["SB3VecEnv"]
@@ -50,6 +53,7 @@ class SB3VecEnv(VecEnv):
         self.vector = VectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, **vector_kwargs)
         self._async = self.vector.async_env
         self._all_envs = list(range(self.vector.num_envs))
+        self._stepping: Submitted[StepResult] | None = None
         try:
             super().__init__(len(env_fns), self.vector.single_observation_space,
                              self.vector.single_action_space)
@@ -64,6 +68,7 @@ class SB3VecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every sub-env with the seeds and options set since the last reset."""
+        self._check_idle("reset")
         seeds = None if all(seed is None for seed in self._seeds) else list(self._seeds)
         groups = _group_by_options(self._options)
         if len(groups) == 1:
@@ -87,12 +92,19 @@ class SB3VecEnv(VecEnv):
             self.reset_infos[index] = rows[index]
 
     def step_async(self, actions: np.ndarray[Any, Any]) -> None:
-        """Send the actions to every sub-env; ``step_wait`` collects the results."""
-        self.vector.step_async(actions)
+        """Start stepping every sub-env and return at once; ``step_wait`` collects the batch.
+
+        One hand-off to the shim's event loop: a wrong batch raises from ``step_wait``.
+        """
+        self._check_idle("step_async")
+        self._stepping = self.vector._loop.submit(self._async.step, actions)
 
     def step_wait(self) -> VecEnvStepReturn:
         """The batch, in SB3's form: obs, rewards, dones, and one info dict per sub-env."""
-        obs, rewards, terminated, truncated, infos = self.vector.step_wait()
+        if self._stepping is None:
+            raise NoAsyncCallError("step_wait called without step_async", "step")
+        stepping, self._stepping = self._stepping, None
+        obs, rewards, terminated, truncated, infos = stepping.result()
         dones = terminated | truncated
         rows = _info_rows(infos, self.num_envs)
         if not dones.any():
@@ -116,7 +128,11 @@ class SB3VecEnv(VecEnv):
         return obs, rewards.astype(np.float32), dones, step_infos
 
     def close(self) -> None:
-        """Close the sub-envs and their hosts (idempotent)."""
+        """Close the sub-envs and their hosts (idempotent); a pending step is waited for."""
+        if self._stepping is not None:
+            stepping, self._stepping = self._stepping, None
+            with contextlib.suppress(Exception):  # closing: the pending result is moot
+                stepping.result()
         self.vector.close()
 
     # ------------------------------------------------------------------ sub-env access
@@ -136,6 +152,7 @@ class SB3VecEnv(VecEnv):
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set ``attr_name`` to ``value`` on each chosen sub-env (through its wrappers)."""
+        self._check_idle("set_attr")
         self.vector._run("set_attr", self._async._set_attr_at, self._indices(indices),
                          attr_name, value)
 
@@ -160,9 +177,17 @@ class SB3VecEnv(VecEnv):
 
     def _call(self, method: str, indices: VecEnvIndices, function: Any,
               *args: Any, **kwargs: Any) -> list[Any]:
+        self._check_idle(method)
         env_ids = self._indices(indices)
         return list(self.vector._run(method, self._async._call_at, env_ids, function,
                                      *args, **kwargs))
+
+    def _check_idle(self, method: str) -> None:
+        self.vector._begin(method)
+        if self._stepping is not None:
+            raise AlreadyPendingCallError(
+                f"Calling `{method}` while waiting for a pending call to `step` to complete.",
+                "step")
 
     def _indices(self, indices: VecEnvIndices) -> list[int]:
         if indices is None:

@@ -14,9 +14,9 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "Submitted"]
 
 T = TypeVar("T")
 
@@ -41,6 +41,34 @@ def _settle(task: asyncio.Task[Any], outcome: concurrent.futures.Future[Any]) ->
         outcome.set_exception(exception)
     else:
         outcome.set_result(task.result())
+
+
+class Submitted(Generic[T]):
+    """A coroutine started on a ``LoopThread``; ``result()`` waits for its outcome."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.task: asyncio.Task[T] | None = None
+
+    def result(self) -> T:
+        """The coroutine's result (or exception). If the caller is interrupted while waiting
+        (``KeyboardInterrupt``), the coroutine is cancelled and given a bounded time to unwind
+        before the interrupt propagates."""
+        try:
+            return self.outcome.result()
+        except BaseException:
+            if not self.outcome.done():
+                # The loop ran ``start`` before this callback (it keeps FIFO order), so the
+                # task exists; cancel it inside the loop and wait for its cleanup to finish.
+                self._loop.call_soon_threadsafe(self._cancel)
+                with contextlib.suppress(BaseException):
+                    self.outcome.result(timeout=_UNWIND_TIMEOUT)
+            raise
+
+    def _cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
 
 
 class LoopThread:
@@ -79,29 +107,26 @@ class LoopThread:
         If the caller is interrupted while waiting (``KeyboardInterrupt``), the coroutine is
         cancelled and given a bounded time to unwind before the interrupt propagates.
         """
+        return self.submit(async_fn, *args, **kwargs).result()
+
+    def submit(
+        self, async_fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
+    ) -> Submitted[T]:
+        """Start ``async_fn(*args, **kwargs)`` on the loop and return at once; ``result()``
+        on the handle waits for it (as ``run`` does)."""
         if not self._thread.is_alive():
             raise RuntimeError("the event loop thread has stopped")
-        outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
-        tasks: list[asyncio.Task[T]] = []
+        submitted = Submitted[T](self._loop)
 
         def start() -> None:
             task = self._loop.create_task(async_fn(*args, **kwargs))
-            task.add_done_callback(lambda done: _settle(done, outcome))
-            tasks.append(task)
+            task.add_done_callback(lambda done: _settle(done, submitted.outcome))
+            submitted.task = task
 
         # A fresh context: the caller's context variables (e.g. sniffio's "trio" when the
         # shim is used from trio code) must not leak into the private asyncio loop.
         self._loop.call_soon_threadsafe(start, context=contextvars.Context())
-        try:
-            return outcome.result()
-        except BaseException:
-            if not outcome.done():
-                # ``start`` ran before this callback (the loop keeps FIFO order), so the
-                # task exists; cancel it inside the loop and wait for its cleanup to finish.
-                self._loop.call_soon_threadsafe(lambda: tasks[0].cancel())
-                with contextlib.suppress(BaseException):
-                    outcome.result(timeout=_UNWIND_TIMEOUT)
-            raise
+        return submitted
 
     def stop(self) -> None:
         """Stop the loop and join its thread. Idempotent."""

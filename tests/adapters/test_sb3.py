@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
@@ -27,6 +28,7 @@ from stable_baselines3.common.vec_env import (
 import aiovec
 from aiovec.sb3 import SB3VecEnv
 from aiovec.testing import CountingEnv, Fault, FaultLedger, release_hangs
+from tests.envs import GatedEnv
 from tests.faults.envs import faulty
 from tests.leaks import child_pids, wait_for_exit
 
@@ -235,3 +237,29 @@ def test_ppo_learns_from_a_process_backed_vec_env(no_orphans: None) -> None:
         assert actions.shape == (4,) and set(actions.tolist()) <= {0, 1}
     finally:
         vec_env.close()
+
+
+def test_step_async_returns_at_once_and_calls_keep_their_order(no_orphans: None) -> None:
+    gate = GatedEnv()
+    vec_env = SB3VecEnv([lambda: gate, CountingEnv], backend="thread")
+    try:
+        vec_env.reset()
+        vec_env.step_async(np.ones(2, np.int64))  # returns while sub-env 0 is still stepping
+        assert gate.entered.wait(timeout=30)
+        with pytest.raises(AlreadyPendingCallError):
+            vec_env.get_attr("steps")
+        with pytest.raises(AlreadyPendingCallError):
+            vec_env.step_async(np.ones(2, np.int64))
+        gate.release.set()
+        obs, _, dones, _ = vec_env.step_wait()
+        assert obs[:, 0].tolist() == [1, 1] and not dones.any()
+        with pytest.raises(NoAsyncCallError):
+            vec_env.step_wait()
+        with pytest.raises(ValueError, match=r"expected shape \(2,\)"):  # nothing stepped
+            vec_env.step(np.ones(3, np.int64))
+        assert vec_env.get_attr("steps") == [1, 1]
+        vec_env.step_async(np.ones(2, np.int64))
+    finally:
+        gate.release.set()
+        vec_env.close()  # waits for the pending step first
+    assert gate.steps == 2 and gate.closed
