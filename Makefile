@@ -50,7 +50,7 @@ $(RLLIB_STAMP):
 	touch $(RLLIB_STAMP)
 
 rllib: $(RLLIB_STAMP)
-	$(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/rllib
+	AIOVEC_RLLIB_TESTS=1 $(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/rllib
 
 # Build the wheel and sdist, then import aiovec from the wheel alone: packaging cannot rot.
 package: $(STAMP)

@@ -15,6 +15,10 @@ from tests.ray_runtime import actor_pids, ensure_ray
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
 collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else []
+# RLlib pins its own Gymnasium, so tests/rllib runs in a venv of its own: `make rllib`, which
+# sets AIOVEC_RLLIB_TESTS=1 (part of `make test`).
+if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
+    collect_ignore.append("rllib")
 
 ASYNC_BACKENDS = [
     pytest.param(("asyncio", {}), id="asyncio"),
