@@ -1,8 +1,8 @@
-"""RLlib: an env creator whose vector envs are aiovec's, for RLlib's env runners.
+"""RLlib support: ``env_creator`` makes RLlib's env runners step aiovec vector envs.
 
-Registered with ``ray.tune.register_env``, the creator reaches every env runner (driver or
-remote); each calls it with its ``env_config`` plus ``"num_envs"`` when
-``gym_env_vectorize_mode="vector_entry_point"``. This module never imports Ray.
+Registered with ``ray.tune.register_env``, the creator reaches every env runner (in the driver
+or remote); each calls it with its ``env_config`` plus ``"num_envs"`` when
+``gym_env_vectorize_mode="vector_entry_point"``. This module never imports Ray itself.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode
 
 from aiovec._make import Wrapper, make_vec
 from aiovec._shim._vector_env import VectorEnv
@@ -32,6 +33,10 @@ class EnvCreator:
                  wrappers: Sequence[Wrapper] = ()) -> None:
         # Fail in the driver, not later in a remote env runner, on a misspelt keyword.
         inspect.signature(VectorEnv).bind([], **vector_kwargs)
+        autoreset_mode = vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if AutoresetMode(autoreset_mode) is not AutoresetMode.NEXT_STEP:
+            raise ValueError("RLlib's env runners expect next-step autoreset (Gymnasium's "
+                             f"default), not {autoreset_mode!r}")
         self.spec = env_id if isinstance(env_id, EnvSpec) else gym.spec(env_id)
         self.vector_kwargs = dict(vector_kwargs)
         self.wrappers = tuple(wrappers)

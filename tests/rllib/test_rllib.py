@@ -101,6 +101,8 @@ def test_the_creator_builds_what_rllib_asks_for_and_pickles() -> None:
         envs.close()
     with pytest.raises(TypeError, match="backnd"):  # in the driver, not in a remote runner
         env_creator("CartPole-v1", backnd="thread")
+    with pytest.raises(ValueError, match="next-step autoreset"):  # RLlib would misread episodes
+        env_creator("CartPole-v1", autoreset_mode="SameStep")
 
 
 def test_a_failing_sub_env_surfaces_with_its_index(ray_runtime: Any) -> None:
