@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +32,15 @@ ASYNC_BACKENDS = [
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     """The event loop an ``@pytest.mark.anyio`` test runs on."""
     return request.param
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt``, as in a terminal, even when the test runner was
+    started in the background by a shell without job control (which ignores SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)

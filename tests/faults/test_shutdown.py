@@ -78,7 +78,9 @@ def test_unclosed_process_env_is_torn_down_by_del() -> None:
 
 
 CTRL_C_SCRIPT = """
-import os, sys, numpy as np, aiovec
+import os, signal, sys, numpy as np, aiovec
+# Ctrl-C raises KeyboardInterrupt as in a terminal, even if this test runs in the background.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from aiovec.testing import Fault, FaultyEnv
 import functools
 

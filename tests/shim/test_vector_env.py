@@ -150,7 +150,7 @@ def test_works_from_inside_a_running_event_loop() -> None:
     assert trio.run(handler_calling_sync_code) == [1, 1]
 
 
-def test_ctrl_c_cancels_the_blocking_call() -> None:
+def test_ctrl_c_cancels_the_blocking_call(ctrl_c: None) -> None:
     gated = GatedEnv()
     shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
     try:
@@ -207,7 +207,7 @@ def test_custom_worker_is_refused() -> None:
 
 
 def test_ctrl_c_with_process_workers_reaps_them_quietly(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], ctrl_c: None
 ) -> None:
     fifo = tmp_path / "in-step"
     os.mkfifo(fifo)
