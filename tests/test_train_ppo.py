@@ -7,12 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("torch", reason="examples/train_ppo.py needs PyTorch")
-pytest.importorskip("tqdm", reason="examples/train_ppo.py needs tqdm")
-pytest.importorskip("matplotlib", reason="examples/train_ppo.py plots with matplotlib")
-
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ppo.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ROLLOUT = 8 * 64  # env steps per rollout at the script's defaults (8 sub-envs)
