@@ -15,7 +15,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
-from aiovec._make import Wrapper, make_vec
+from aiovec._make import Wrapper, _EnvMaker, make_vec
 from aiovec._shim._vector_env import VectorEnv
 
 __all__ = ["EnvCreator", "env_creator"]
@@ -48,10 +48,7 @@ class EnvCreator:
         if num_envs is not None:
             return make_vec(self.spec, num_envs, vector_kwargs=self.vector_kwargs,
                             wrappers=self.wrappers, **env_kwargs)
-        env = gym.make(self.spec, **env_kwargs)
-        for wrapper in self.wrappers:
-            env = wrapper(env)
-        return env
+        return _EnvMaker(self.spec, env_kwargs, self.wrappers)()
 
     def __repr__(self) -> str:
         return f"EnvCreator({self.spec.id!r}, {self.vector_kwargs!r})"

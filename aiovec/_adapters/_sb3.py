@@ -10,7 +10,7 @@ the sub-envs with Gymnasium's same-step autoreset and translates each batch; eve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -71,25 +71,18 @@ class SB3VecEnv(VecEnv):
         self._check_idle("reset")
         seeds = None if all(seed is None for seed in self._seeds) else list(self._seeds)
         groups = _group_by_options(self._options)
-        if len(groups) == 1:
-            options = groups[0][0]
-            obs, infos = self.vector.reset(seed=seeds, options=options or None)
-        else:  # different options per sub-env: one masked reset per distinct options
-            for options, members in groups:
+        for options, members in groups:  # one reset, or one masked reset per distinct options
+            if len(groups) > 1:
                 mask = np.zeros(self.num_envs, dtype=bool)
                 mask[members] = True
-                obs, infos = self.vector.reset(seed=seeds, options={**options, "reset_mask": mask})
-                self._store_reset_infos(infos, members)
-        if len(groups) == 1:
-            self.reset_infos = _info_rows(infos, self.num_envs)
+                options = {**options, "reset_mask": mask}
+            obs, infos = self.vector.reset(seed=seeds, options=options or None)
+            rows = _info_rows(infos, self.num_envs)
+            for index in members:
+                self.reset_infos[index] = rows[index]
         self._reset_seeds()
         self._reset_options()
         return obs  # type: ignore[no-any-return]
-
-    def _store_reset_infos(self, infos: dict[str, Any], members: Iterable[int]) -> None:
-        rows = _info_rows(infos, self.num_envs)
-        for index in members:
-            self.reset_infos[index] = rows[index]
 
     def step_async(self, actions: np.ndarray[Any, Any]) -> None:
         """Start stepping every sub-env and return at once; ``step_wait`` collects the batch.
@@ -106,25 +99,19 @@ class SB3VecEnv(VecEnv):
         stepping, self._stepping = self._stepping, None
         obs, rewards, terminated, truncated, infos = stepping.result()
         dones = terminated | truncated
-        rows = _info_rows(infos, self.num_envs)
-        if not dones.any():
-            for row in rows:
-                row["TimeLimit.truncated"] = False
-            return obs, rewards.astype(np.float32), dones, rows
-        step_infos: list[dict[str, Any]] = []
-        for index, row in enumerate(rows):
-            if dones[index]:
-                # The row holds the reset's info, plus the last step's obs and info.
-                info = dict(row.pop("final_info"))
-                info["terminal_observation"] = row.pop("final_obs")
-                info["TimeLimit.truncated"] = bool(truncated[index] and not terminated[index])
-                if "restart" in row:  # aiovec cut the episode: say why where SB3 users look
-                    info["restart"] = row["restart"]
-                self.reset_infos[index] = row
-            else:
-                info = row
-                info["TimeLimit.truncated"] = False
-            step_infos.append(info)
+        step_infos = _info_rows(infos, self.num_envs)
+        for index in np.flatnonzero(dones).tolist():
+            # A finished sub-env's row holds the reset's info, plus the last step's obs and
+            # info: SB3 wants the last step's info, with the obs as "terminal_observation".
+            reset_info = step_infos[index]
+            info = dict(reset_info.pop("final_info"))
+            info["terminal_observation"] = reset_info.pop("final_obs")
+            if "restart" in reset_info:  # aiovec cut the episode: say why where SB3 users look
+                info["restart"] = reset_info["restart"]
+            self.reset_infos[index] = reset_info
+            step_infos[index] = info
+        for info, cut in zip(step_infos, (truncated & ~terminated).tolist()):
+            info["TimeLimit.truncated"] = cut
         return obs, rewards.astype(np.float32), dones, step_infos
 
     def close(self) -> None:
@@ -153,8 +140,8 @@ class SB3VecEnv(VecEnv):
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set ``attr_name`` to ``value`` on each chosen sub-env (through its wrappers)."""
         self._check_idle("set_attr")
-        self.vector._run("set_attr", self._async._set_attr_at, self._indices(indices),
-                         attr_name, value)
+        self.vector._loop.run(self._async._set_attr_at, self._indices(indices), attr_name,
+                              value)
 
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
                    **method_kwargs: Any) -> list[Any]:
@@ -179,8 +166,8 @@ class SB3VecEnv(VecEnv):
               *args: Any, **kwargs: Any) -> list[Any]:
         self._check_idle(method)
         env_ids = self._indices(indices)
-        return list(self.vector._run(method, self._async._call_at, env_ids, function,
-                                     *args, **kwargs))
+        return list(self.vector._loop.run(self._async._call_at, env_ids, function,
+                                          *args, **kwargs))
 
     def _check_idle(self, method: str) -> None:
         self.vector._begin(method)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -36,8 +36,6 @@ from aiovec._exceptions import ClosedError
 from aiovec._shim._portal import LoopThread
 
 __all__ = ["VectorEnv"]
-
-T = TypeVar("T")
 
 
 class _Waiting(enum.Enum):
@@ -260,12 +258,6 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     def __del__(self) -> None:
         if not getattr(self, "closed", True) and hasattr(self, "_loop"):
             self.close(terminate=True)
-
-    def _run(self, method: str, async_fn: Callable[..., Coroutine[Any, Any, T]],
-             *args: Any, **kwargs: Any) -> T:
-        """Run ``async_fn`` on the shim's loop as public method ``method`` (for adapters)."""
-        self._begin(method)
-        return self._loop.run(async_fn, *args, **kwargs)
 
     # ------------------------------------------------------------------ call ordering
 
