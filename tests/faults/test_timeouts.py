@@ -21,6 +21,9 @@ pytestmark = pytest.mark.anyio
 DEADLINE = 0.5
 #: Generous: these machines are shared and noisy. The README quotes measured lateness.
 MARGIN = 3.0
+#: How early a deadline may fire by ``time.monotonic``: uvloop's clock is libuv's millisecond
+#: clock, cached at the top of each loop iteration, so its timers can fire ~1 ms early.
+CLOCK_SLACK = 0.01
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
@@ -36,7 +39,7 @@ async def test_hung_step_times_out_and_reset_recovers(
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             await envs.step(np.full(3, 2.0))
         elapsed = time.monotonic() - started
-        assert DEADLINE <= elapsed < DEADLINE + MARGIN
+        assert DEADLINE - CLOCK_SLACK <= elapsed < DEADLINE + MARGIN
         assert caught.value.env_indices == (1,) and isinstance(caught.value, TimeoutError)
         obs = caught.value.partial_result[0]
         assert obs[:, 0].tolist() == [2, 1, 2]  # the healthy sub-envs' step is kept
