@@ -5,21 +5,55 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+#: In the command line of aiovec's fork server, and so of every worker it forks, followed by
+#: the pid of the process that started the server (``aiovec._backends._forkserver``).
+FORK_SERVER_MARKER = b"aiovec-forkserver"
+#: In the command line of every spawned worker.
+WORKER_MODULE = b"aiovec._backends._process_worker"
 
-def child_pids() -> set[int]:
-    """Processes whose parent is this test process."""
-    me, found = str(os.getpid()), set()
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _processes() -> Iterator[tuple[int, int, list[bytes]]]:
+    """Every process on this machine: pid, parent pid, command line."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                arguments = (entry / "cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
                 continue
-            if fields[1] == me:
-                found.add(int(entry.name))
-    return found
+            yield int(entry.name), ppid, arguments
+
+
+def _forked_for(arguments: list[bytes]) -> int | None:
+    """The pid that started the fork server this process is (or was forked by), if any."""
+    if FORK_SERVER_MARKER in arguments:
+        position = arguments.index(FORK_SERVER_MARKER) + 1
+        if position < len(arguments) and arguments[position].isdigit():
+            return int(arguments[position])
+    return None
+
+
+def child_pids() -> set[int]:
+    """Processes this test process started: its children, and the workers its fork servers
+    forked (even once orphaned)."""
+    me = os.getpid()
+    return {pid for pid, ppid, arguments in _processes()
+            if ppid == me or _forked_for(arguments) == me}
+
+
+def worker_pids(parent: int) -> set[int]:
+    """aiovec's worker processes started for ``parent``: spawned, or forked by its fork
+    servers (which are not workers themselves)."""
+    return {pid for pid, ppid, arguments in _processes()
+            if (ppid == parent and any(WORKER_MODULE in argument for argument in arguments))
+            or (_forked_for(arguments) == parent and ppid != parent)}
 
 
 def open_fds() -> set[str]:
@@ -40,14 +74,14 @@ def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
             continue  # already gone
     deadline = time.monotonic() + timeout
     try:
-        while pidfds:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
+        while pidfds:  # at least one look, even with no time left: a pid may be gone
+            remaining = max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select(list(pidfds), [], [], remaining)
             for fd in ready:
                 os.close(fd)
                 del pidfds[fd]
+            if not remaining:
+                break
         return sorted(pidfds.values())
     finally:
         for fd in pidfds:

@@ -1,10 +1,11 @@
 """Starting worker processes and keeping a handle on them until they are reaped.
 
-``spawn`` (default) runs a fresh interpreter (``_BOOTSTRAP``, the parent's ``sys.path``):
-safe whatever threads the parent runs, and it never re-imports the caller's ``__main__``, so
-scripts need no ``if __name__ == "__main__"`` guard. ``fork`` starts faster but, like every
-fork of a process with threads, may deadlock on a lock another thread held: opt in knowingly.
-``forkserver`` (accepted for Gymnasium compatibility) means ``spawn``.
+``forkserver`` (default where the platform has it, see ``_forkserver``) forks each worker from
+a fresh interpreter that imported aiovec once. ``spawn`` runs a fresh interpreter per worker
+(``_BOOTSTRAP``, the parent's ``sys.path``). Both are safe whatever threads the parent runs,
+and neither re-imports the caller's ``__main__``, so scripts need no
+``if __name__ == "__main__"`` guard. ``fork`` copies the caller itself: like every fork of a
+process with threads, it may deadlock on a lock another thread held: opt in knowingly.
 
 Workers run in their own session (Ctrl-C at the terminal reaches only the parent, which then
 closes them) and exit the moment the parent dies (see ``_process_worker._exit_with_parent``).
@@ -15,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import time
 
 import anyio
 import anyio.to_thread
@@ -26,6 +30,10 @@ import anyio.to_thread
 __all__ = ["START_METHODS", "Child", "start_child"]
 
 START_METHODS = ("spawn", "fork", "forkserver")
+#: How a fork server relays a worker's exit status (``_forkserver``).
+_STATUS = struct.Struct("i")
+#: The exit status of a worker whose fork server died before relaying it.
+_UNKNOWN_STATUS = 255
 
 # The spawned interpreter starts with the parent's sys.path, so it imports aiovec (and the
 # env's modules) from wherever the parent did: a virtualenv, an editable install, PYTHONPATH.
@@ -35,23 +43,45 @@ _BOOTSTRAP = (
 )
 
 
-class Child:
-    """A worker process: its exit status, a descriptor readable once it exits, signals."""
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
 
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None) -> None:
+
+class Child:
+    """A worker process: its exit status, a descriptor readable once it is known, signals.
+
+    A child of ours is watched through a pidfd and reaped here. A worker forked by a fork
+    server (``_forkserver``) is the server's child: the server relays its exit status over
+    ``status``, and signals go through the ``pidfd`` it passed along (immune to pid reuse).
+    """
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, *,
+                 pidfd: int | None = None, status: socket.socket | None = None) -> None:
         self.pid = pid
         self._popen = popen
         self.returncode: int | None = None
-        self._sentinel: int | None = None
+        self._pidfd = pidfd
+        self._status = status
+        self._status_lost = False
         self._watcher: anyio.Event | None = None
-        if hasattr(os, "pidfd_open"):
+        if self._pidfd is None and hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
-                self._sentinel = os.pidfd_open(pid)
+                self._pidfd = os.pidfd_open(pid)
+
+    @property
+    def _sentinel(self) -> int | None:
+        """Readable once ``poll`` can tell the exit status."""
+        return self._status.fileno() if self._status is not None else self._pidfd
 
     def poll(self) -> int | None:
         """The exit status (negative: the signal that killed it), reaping it; ``None`` if alive."""
         if self.returncode is None:
-            if self._popen is not None:
+            if self._status is not None:
+                self._read_relayed_status()
+            elif self._status_lost:  # its fork server died: exited, status unknown
+                if self._pidfd is None or _readable(self._pidfd):
+                    self.returncode = _UNKNOWN_STATUS
+            elif self._popen is not None:
                 self.returncode = self._popen.poll()
             else:
                 with contextlib.suppress(ChildProcessError):
@@ -60,10 +90,29 @@ class Child:
                         self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
+    def _read_relayed_status(self) -> None:
+        assert self._status is not None
+        try:
+            data = self._status.recv(_STATUS.size, socket.MSG_DONTWAIT | socket.MSG_WAITALL)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        self._status.close()
+        self._status = None
+        if len(data) == _STATUS.size:
+            (self.returncode,) = _STATUS.unpack(data)
+        else:  # the server is gone: watch the process itself from now on
+            self._status_lost = True
+            self.poll()
+
     def signal(self, signum: int) -> None:
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
+                if self._popen is None and self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, signum)
+                else:
+                    os.kill(self.pid, signum)
 
     async def wait(self, timeout: float) -> int | None:
         """Wait (bounded, without blocking the event loop) for the process to exit.
@@ -96,6 +145,12 @@ class Child:
         if self._popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.returncode = self._popen.wait(timeout)
+        elif self._sentinel is not None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self.poll() is None and self._sentinel is not None:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not select.select([self._sentinel], [], [], remaining)[0]:
+                    break
         elif self.poll() is None:
             with contextlib.suppress(ChildProcessError):
                 _, status = os.waitpid(self.pid, 0)  # fork children die fast once killed
@@ -103,14 +158,17 @@ class Child:
         return self.poll()
 
     def close(self) -> None:
-        """Release the exit descriptor (after the process was reaped, or abandoned)."""
-        if self._sentinel is not None:
-            os.close(self._sentinel)
-            self._sentinel = None
+        """Release the exit descriptors (after the process was reaped, or abandoned)."""
+        if self._status is not None:
+            self._status.close()
+            self._status = None
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def describe_exit(self) -> str:
         code = self.poll()
-        if code is None:
+        if code is None or self._status_lost:
             return "exit status unknown"
         if code < 0:
             with contextlib.suppress(ValueError):
@@ -120,7 +178,7 @@ class Child:
 
 def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
-    if method in ("spawn", "forkserver"):  # aiovec's spawn is what forkserver is for: safe
+    if method in ("spawn", "forkserver"):  # forkserver without a fork server: spawn
         popen = subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path),
              str(child_end.fileno()), str(lifeline)],

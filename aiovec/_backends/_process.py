@@ -22,6 +22,7 @@ import os
 import pickle
 import signal
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -35,6 +36,8 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
 from aiovec._backends._children import START_METHODS, Child, start_child
+from aiovec._backends._forkserver import ForkServer
+from aiovec._backends._forkserver import available as fork_server_available
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
 from aiovec._backends._shared_memory import (
     BlockLayout,
@@ -53,6 +56,8 @@ __all__ = ["ProcessBackend"]
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
                Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
 _REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
+#: A fork server where the platform has one (Linux), else a fresh interpreter per worker.
+DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 _INBOX_SIZE = 1 << 16
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
@@ -234,7 +239,7 @@ class ProcessBackend(Backend):
         if not 1 <= self.num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {self.num_workers}")
-        self.start_method = start_method or "spawn"
+        self.start_method = start_method or DEFAULT_START_METHOD
         if self.start_method not in START_METHODS:
             raise ValueError(f"unknown start method {self.start_method!r}; "
                              f"choose one of {', '.join(START_METHODS)}")
@@ -250,6 +255,8 @@ class ProcessBackend(Backend):
         self._worker_of: list[int] = [0] * self.num_envs
         self._attach_frame = b""
         self._closing = False
+        self._fork_server: ForkServer | None = None
+        self._fork_server_lock = threading.Lock()
         self.every_env = tuple(range(self.num_envs))
 
     # ------------------------------------------------------------------ start-up
@@ -280,6 +287,7 @@ class ProcessBackend(Backend):
                 worker.process.wait_blocking(_EXIT_TIMEOUT)
                 worker.process.close()
                 worker.sock.close()
+            self._stop_fork_server_blocking()
             os.close(self._lifeline[0])
             os.close(self._lifeline[1])
             self._lifeline = None
@@ -292,7 +300,10 @@ class ProcessBackend(Backend):
         parent_end, child_end = socket.socketpair()
         try:
             with child_end:
-                child = start_child(self.start_method, child_end, self._lifeline[0])
+                if self.start_method == "forkserver":
+                    child = self._fork(child_end)
+                else:
+                    child = start_child(self.start_method, child_end, self._lifeline[0])
         except BaseException:
             parent_end.close()
             raise
@@ -307,6 +318,18 @@ class ProcessBackend(Backend):
                 parent_end.close()
                 raise
         return worker
+
+    def _fork(self, child_end: socket.socket) -> Child:
+        """A worker forked by the fork server, started now if there is none (or it died)."""
+        assert self._lifeline is not None
+        with self._fork_server_lock:  # restarts start workers from several threads at once
+            server = self._fork_server
+            if server is None or server.process.poll() is not None:
+                if server is not None:  # killed from outside: its workers live on
+                    server.close()
+                    server.process.close()
+                server = self._fork_server = ForkServer(self._lifeline[0])
+        return server.start_child(child_end)
 
     def _send_init(self, worker: _Worker) -> None:
         worker.sock.sendall(encode(Kind.INIT, 0, self._inits[worker.index]))
@@ -665,6 +688,7 @@ class ProcessBackend(Backend):
             for worker in self._workers:
                 self.lost(worker)
             await self._stop_processes()
+            await self._stop_fork_server()
             if self.loop is None:  # wake tasks parked on a socket (trio) before closing it
                 for worker in self._workers:
                     anyio.notify_closing(worker.sock)
@@ -683,6 +707,27 @@ class ProcessBackend(Backend):
             with anyio.move_on_after(_EXIT_TIMEOUT):
                 for worker in running:
                     await worker.process.wait(_EXIT_TIMEOUT)
+
+    async def _stop_fork_server(self) -> None:
+        """Its workers are gone: it exits once asked (killed if it does not, soon)."""
+        if self._fork_server is None:
+            return
+        server, self._fork_server = self._fork_server, None
+        server.close()
+        if await server.process.wait(_EXIT_TIMEOUT) is None:
+            server.process.signal(signal.SIGKILL)
+            await server.process.wait(_EXIT_TIMEOUT)
+        server.process.close()
+
+    def _stop_fork_server_blocking(self) -> None:
+        if self._fork_server is None:
+            return
+        server, self._fork_server = self._fork_server, None
+        server.close()
+        if server.process.wait_blocking(_EXIT_TIMEOUT) is None:
+            server.process.signal(signal.SIGKILL)
+            server.process.wait_blocking(_EXIT_TIMEOUT)
+        server.process.close()
 
     def _release(self) -> None:
         for worker in self._workers:
@@ -714,6 +759,7 @@ class ProcessBackend(Backend):
                     self.loop.remove_reader(worker.sock.fileno())
         for worker in self._workers:  # SIGKILLed processes exit at once: reap, leave no zombie
             worker.process.wait_blocking(_EXIT_TIMEOUT)
+        self._stop_fork_server_blocking()
         self._release()
 
     def describe(self) -> str:

@@ -16,6 +16,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure as configure_logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
@@ -222,12 +223,13 @@ def test_sb3_vector_wrappers_behave_as_on_dummy_vec_env() -> None:
         oracle.close()
 
 
-def test_ppo_learns_from_a_process_backed_vec_env(no_orphans: None) -> None:
+def test_ppo_learns_from_a_process_backed_vec_env(tmp_path: Path, no_orphans: None) -> None:
     vec_env = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=SB3VecEnv,
                            vec_env_kwargs={"backend": "process", "num_workers": 2})
     try:
         model = PPO("MlpPolicy", vec_env, n_steps=128, batch_size=128, n_epochs=2, seed=0,
                     device="cpu")
+        model.set_logger(configure_logger(str(tmp_path), []))  # not SB3's folder under /tmp
         model.learn(total_timesteps=2048)
         assert model.num_timesteps >= 2048
         episodes = list(model.ep_info_buffer)

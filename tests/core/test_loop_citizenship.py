@@ -35,7 +35,7 @@ pytestmark = pytest.mark.anyio
 STEP_SECONDS = 0.05
 #: A loop blocked for one sub-env step would make the probe at least this late.
 BLOCKED = STEP_SECONDS * 0.8
-#: The probe's p99 lateness allowed when nothing blocks: far above scheduling noise on a
+#: The probe's median lateness allowed when nothing blocks: far above scheduling noise on a
 #: loaded 2-core machine (a few ms), far below one blocked step.
 NOISE = 0.025
 
@@ -123,8 +123,12 @@ async def test_a_probe_on_the_loop_keeps_ticking(anyio_backend: Any, backend: st
     envs = vector_env(backend)
     lateness = await probe_lateness(functools.partial(workload, envs))
     assert len(lateness) > 100, "the probe hardly ran"
-    p99 = float(np.percentile(lateness, 99))
-    assert p99 < NOISE, f"probe p99 lateness {p99 * 1000:.1f} ms with the {backend} backend"
+    # A loop blocked by each sub-env step would make a dozen wake-ups a whole step late; a
+    # shared machine taking the core away now and then makes one or two.
+    stalls = int((lateness >= BLOCKED).sum())
+    assert stalls <= 2, f"{stalls} probe wake-ups a whole step late with the {backend} backend"
+    median = float(np.median(lateness))
+    assert median < NOISE, f"probe median lateness {median * 1000:.1f} ms ({backend})"
 
 
 async def test_the_inline_backend_does_block_the_loop(anyio_backend: Any) -> None:
@@ -132,7 +136,7 @@ async def test_the_inline_backend_does_block_the_loop(anyio_backend: Any) -> Non
     (the documented contract of the inline backend, and proof the probe can fail)."""
     envs = vector_env("inline", num_envs=2)
     lateness = await probe_lateness(functools.partial(workload, envs))
-    assert lateness.max() >= BLOCKED
+    assert (lateness >= BLOCKED).sum() > 2
 
 
 @asynccontextmanager

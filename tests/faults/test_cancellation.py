@@ -18,10 +18,19 @@ pytestmark = pytest.mark.anyio
 
 STORM_STEPS = 1000
 NUM_ENVS = 4
-#: A Ray step takes a millisecond or more (a round trip to each actor), so its storm cancels
-#: within a longer window, and is shorter.
+#: A Ray step takes a millisecond or more (a round trip to each actor), so its storm is shorter.
 RAY_STORM_STEPS = 120
-RAY_CANCEL_WINDOW = 0.03
+
+
+async def cancel_window(envs: aiovec.AsyncVectorEnv) -> float:
+    """Three times the median step time measured here and now (at least 1 ms): a canceller
+    sleeping up to that long lets about half the steps win the race on any machine."""
+    times = []
+    for _ in range(15):
+        started = anyio.current_time()
+        await envs.step(np.zeros(NUM_ENVS))
+        times.append(anyio.current_time() - started)
+    return max(0.001, 3 * float(np.median(times)))
 
 
 async def step_or_cancel(envs: aiovec.AsyncVectorEnv, actions: Any,
@@ -52,11 +61,12 @@ async def test_cancellation_storm(backend: str, no_leaks: None) -> None:
     result is the answer to its own step (the action and step count are in the obs)."""
     rng = random.Random(1234)
     cancelled = completed = 0
-    steps, window = ((RAY_STORM_STEPS, RAY_CANCEL_WINDOW) if backend == "ray"
-                     else (STORM_STEPS, 0.001))
+    steps = RAY_STORM_STEPS if backend == "ray" else STORM_STEPS
     async with aiovec.AsyncVectorEnv(faulty(NUM_ENVS, episode_length=10**9),
                                      backend=backend, num_workers=2 if backend in ("process", "ray")
                                      else None) as envs:
+        await envs.reset(seed=0)
+        window = await cancel_window(envs)
         obs, _ = await envs.reset(seed=0)
         episode_step = 0
         for index in range(steps):

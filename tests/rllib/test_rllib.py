@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -15,7 +14,7 @@ from ray.tune import register_env
 
 import aiovec
 from aiovec.rllib import env_creator
-from tests.leaks import wait_for_exit
+from tests.leaks import wait_for_exit, worker_pids
 from tests.rllib.envs import CRASHING_CARTPOLE
 
 # RLlib's env runners register the same id each time; these tests build several in one process.
@@ -25,24 +24,6 @@ pytestmark = pytest.mark.filterwarnings(
 NUM_ENVS = 4
 #: Registered in this (driver) process only: the creator carries its spec to remote runners.
 DRIVER_ONLY_ID = "AiovecTest/DriverOnlyCartPole-v1"
-#: What every aiovec process worker runs: it shows in the worker's command line.
-WORKER_MODULE = b"aiovec._backends._process_worker"
-
-
-def worker_pids(parent: int) -> set[int]:
-    """aiovec's worker processes started by ``parent`` (this process, or a remote env runner)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                if ppid == parent and WORKER_MODULE in (entry / "cmdline").read_bytes():
-                    found.add(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def ppo_config(env: str, num_env_runners: int) -> PPOConfig:
     """PPO on ``env``, with a batch and network so small that one ``train()`` takes ~0.1 s."""
     return (

@@ -1,0 +1,169 @@
+"""The fork server: one fresh interpreter per vector env that forks its worker processes.
+
+A spawned worker spends ~0.4 s of CPU importing numpy, Gymnasium and aiovec before it can make
+a sub-env; a worker forked from a server that imported them once starts in milliseconds, and
+so does a restarted one. The server is a fresh, single-threaded interpreter that never ran the
+caller's code, so forking it is as safe as spawning (unlike ``fork``, which copies whatever
+threads and locks the caller holds). It lives exactly as long as its vector env.
+
+Workers are the server's children, not the caller's, so the server relays each one's exit
+status: the parent hands it a socket per worker, and the server writes the status there once
+it reaps the worker (``Child`` reads it). The server exits when the parent closes the control
+socket or dies; workers outliving it still exit with the parent (the lifeline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+
+from aiovec._backends._children import _STATUS, Child
+
+__all__ = ["ForkServer", "available"]
+
+#: Marks the server, and every worker it forks, in ``/proc/<pid>/cmdline``.
+MARKER = "aiovec-forkserver"
+_BOOTSTRAP = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "from aiovec._backends._forkserver import serve; serve(sys.argv[2:])"
+)
+_PID = struct.Struct("q")
+#: Seconds a fork server that closed its end of the control socket gets to exit.
+_EXIT_WAIT = 5.0
+
+
+def available() -> bool:
+    """True where the fork server can run: Linux-like ``fork``, ``pidfd`` and fd passing."""
+    return (hasattr(os, "fork") and hasattr(os, "pidfd_open")
+            and hasattr(socket, "send_fds") and hasattr(signal, "pidfd_send_signal"))
+
+
+class ForkServer:
+    """The parent's handle on a fork server (blocking methods: call them off the loop)."""
+
+    def __init__(self, lifeline: int) -> None:
+        control, remote = socket.socketpair()
+        try:
+            with remote:
+                popen = subprocess.Popen(
+                    [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path), MARKER,
+                     str(os.getpid()), str(remote.fileno()), str(lifeline)],
+                    pass_fds=(remote.fileno(), lifeline), start_new_session=True,
+                )
+        except BaseException:
+            control.close()
+            raise
+        self.process = Child(popen.pid, popen)
+        self._control = control
+        self._lock = threading.Lock()  # one request at a time (starts and restarts overlap)
+
+    def start_child(self, child_end: socket.socket) -> Child:
+        """Fork a worker serving ``child_end`` (the caller then closes its copy)."""
+        status, remote = socket.socketpair()
+        try:
+            with remote, self._lock:
+                try:
+                    socket.send_fds(self._control, [b"F"],
+                                    [child_end.fileno(), remote.fileno()])
+                    message, fds, _, _ = socket.recv_fds(self._control, _PID.size, 1)
+                except (BrokenPipeError, ConnectionResetError):
+                    message, fds = b"", []
+            if len(message) != _PID.size:
+                self.process.wait_blocking(_EXIT_WAIT)  # closed its end: it is exiting
+                raise ChildProcessError(f"the fork server (pid {self.process.pid}) is gone: "
+                                        f"{self.process.describe_exit()}")
+            (pid,) = _PID.unpack(message)
+            if pid < 0:
+                raise OSError(-pid, f"the fork server could not fork: {os.strerror(-pid)}")
+        except BaseException:
+            status.close()
+            raise
+        return Child(pid, None, pidfd=fds[0], status=status)
+
+    def close(self) -> None:
+        """Ask the server to exit (it does once every worker it forked is reaped or gone)."""
+        with contextlib.suppress(OSError):
+            self._control.shutdown(socket.SHUT_RDWR)
+        self._control.close()
+
+
+# ---------------------------------------------------------------------- in the server
+
+
+def serve(argv: list[str]) -> None:
+    """The server's main loop: ``argv`` is ``[MARKER, PARENT_PID, CONTROL_FD, LIFELINE_FD]``."""
+    control = socket.socket(fileno=int(argv[2]))
+    lifeline = int(argv[3])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # What every worker needs, imported once here instead of once per worker.
+    import aiovec._backends._process_worker  # noqa: F401
+
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status descriptor)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                message, fds, _, _ = socket.recv_fds(control, 1, 2)
+                if not message:  # the parent closed the vector env, or died
+                    return
+                child_end, status = fds
+                try:
+                    pid = _fork_worker(child_end, lifeline)
+                except OSError as error:  # out of processes or memory: the parent raises it
+                    os.close(status)
+                    control.sendall(_PID.pack(-(error.errno or 1)))
+                    continue
+                finally:
+                    os.close(child_end)
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (pid, status)
+                selector.register(pidfd, selectors.EVENT_READ)
+                socket.send_fds(control, [_PID.pack(pid)], [pidfd])
+            else:
+                pidfd = int(key.fd)
+                pid, status = children.pop(pidfd)
+                selector.unregister(pidfd)
+                _, wait_status = os.waitpid(pid, 0)
+                with contextlib.suppress(OSError):  # the parent may have stopped listening
+                    os.write(status, _STATUS.pack(os.waitstatus_to_exitcode(wait_status)))
+                os.close(status)
+                os.close(pidfd)
+
+
+def _fork_worker(child_end: int, lifeline: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1  # pragma: no cover - runs in the forked worker, which never returns
+    try:
+        os.setsid()  # its own session, as a spawned worker: Ctrl-C reaches the parent only
+        keep = sorted({0, 1, 2, child_end, lifeline})  # nothing of the server's
+        for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")]):
+            os.closerange(low + 1, high)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        from aiovec._backends._process_worker import worker_main
+
+        worker_main(socket.socket(fileno=child_end), lifeline)
+        code = 0
+    except SystemExit as exit_request:  # as a spawned interpreter would exit
+        code = exit_request.code if isinstance(exit_request.code, int) else (
+            0 if exit_request.code is None else 1)
+        if not isinstance(exit_request.code, (int, type(None))):
+            print(exit_request.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)

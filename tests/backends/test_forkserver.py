@@ -1,0 +1,100 @@
+"""The fork server (the process backend's default start method on Linux): one per vector env,
+it forks every worker, relays their exit statuses, is replaced if killed, and goes at close.
+
+Exit statuses, restarts and every failure mode also run through it in the rest of the suite
+(it is the default); these tests pin down the server itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec._backends import _process
+from tests.envs import PidEnv
+from tests.leaks import FORK_SERVER_MARKER, parent_pid, wait_for_exit
+
+pytestmark = pytest.mark.anyio
+
+
+def command_line(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
+    return list(await envs.get_attr("pid"))
+
+
+def test_it_is_the_default_on_linux() -> None:
+    assert _process.DEFAULT_START_METHOD == "forkserver"
+
+
+async def test_one_server_forks_every_worker_and_close_reaps_it(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([PidEnv] * 4, backend="process", num_workers=2) as envs:
+        await envs.reset(seed=0)
+        workers = sorted(set(await worker_pids(envs)))
+        assert len(workers) == 2
+        servers = {parent_pid(pid) for pid in workers}
+        assert len(servers) == 1
+        (server,) = servers
+        assert parent_pid(server) == os.getpid()
+        marker = command_line(server).index(FORK_SERVER_MARKER)
+        assert command_line(server)[marker + 1] == str(os.getpid()).encode()
+        obs, *_ = await envs.step(np.ones(4, np.int64))
+        assert obs.shape[0] == 4
+    assert wait_for_exit([server, *workers], 10) == []
+
+
+async def test_spawn_still_starts_fresh_interpreters(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2,
+                                     start_method="spawn") as envs:
+        await envs.reset(seed=0)
+        workers = await worker_pids(envs)
+        assert [parent_pid(pid) for pid in workers] == [os.getpid()] * 2
+        assert all(FORK_SERVER_MARKER not in command_line(pid) for pid in workers)
+
+
+async def test_a_killed_server_is_replaced_and_nothing_is_lost(no_leaks: None) -> None:
+    """Killing the server leaves its workers serving; the next worker that must be started
+    (a restart) gets a new server. A worker dying while no server watches it still fails
+    clearly, its exit status unknown."""
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2) as envs:
+        await envs.reset(seed=0)
+        workers = await worker_pids(envs)
+        server = parent_pid(workers[0])
+        os.kill(server, signal.SIGKILL)
+        assert wait_for_exit([server], 10) == []
+        obs, *_ = await envs.step(np.ones(2, np.int64))  # the orphaned workers still serve
+        assert obs[:, 0].tolist() == [1, 1]
+        os.kill(workers[1], signal.SIGKILL)
+        with pytest.raises(aiovec.WorkerDiedError) as caught:
+            await envs.step(np.ones(2, np.int64))
+        cause: Any = caught.value.exceptions[0].__cause__
+        assert caught.value.env_indices == (1,) and "exit status unknown" in str(cause)
+        await envs.reset(seed=1)  # restarts worker 1, through a new server
+        new_workers = await worker_pids(envs)
+        assert new_workers[0] == workers[0] and new_workers[1] != workers[1]
+        new_server = parent_pid(new_workers[1])
+        assert new_server != server and parent_pid(new_server) == os.getpid()
+        obs, *_ = await envs.step(np.ones(2, np.int64))
+        assert obs[:, 0].tolist() == [3, 1]  # sub-env 0 kept its steps; 1 is a new instance
+    assert wait_for_exit([new_server, *new_workers], 10) == []
+
+
+async def test_a_fork_server_that_cannot_start_fails_the_start_cleanly(
+        monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """A server that exits at once (here: a broken bootstrap) makes ``start`` raise, and
+    leaves nothing behind."""
+    from aiovec._backends import _forkserver
+
+    monkeypatch.setattr(_forkserver, "_BOOTSTRAP", "import sys; sys.exit(5)")
+    envs = aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2)
+    with pytest.raises(ChildProcessError, match=r"fork server .* is gone: exit code 5"):
+        await envs.start()
+    await envs.aclose()
