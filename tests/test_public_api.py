@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import aiovec.testing
 
 
 def test_all_lists_exactly_the_public_names() -> None:
+    assert aiovec.AsyncVectorEnv  # the first use of a name loads every one of them
     public = {name for name in vars(aiovec)
               if not name.startswith("_") and not isinstance(getattr(aiovec, name),
                                                              types.ModuleType)}
@@ -21,6 +24,22 @@ def test_all_lists_exactly_the_public_names() -> None:
 def test_public_names_report_aiovec_as_their_module() -> None:
     for name in aiovec.__all__:
         assert getattr(aiovec, name).__module__ == "aiovec", name
+
+
+def test_dir_lists_every_public_name_before_first_use() -> None:
+    assert set(aiovec.__all__) <= set(dir(aiovec))
+
+
+def test_a_worker_process_does_not_load_the_event_loop_side() -> None:
+    """Worker processes import aiovec's worker module: the public API's event-loop side
+    (the core, the shim's thread, anyio) loads on first use, never in them."""
+    check = ("import sys, aiovec._backends._process_worker; "
+             "print(sorted(m for m in ('aiovec._core._vector_env', 'aiovec._shim', 'anyio') "
+             "if m in sys.modules))")
+    output = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parent.parent).stdout
+    assert output.strip() == "[]"
+    assert aiovec.VectorEnv.__module__ == "aiovec"  # here, in the parent, all of it loads
 
 
 def test_testing_module_is_curated() -> None:

@@ -93,7 +93,7 @@ class Child:
     def _read_relayed_status(self) -> None:
         assert self._status is not None
         try:
-            data = self._status.recv(_STATUS.size, socket.MSG_DONTWAIT | socket.MSG_WAITALL)
+            data = self._status.recv(_STATUS.size, socket.MSG_WAITALL)
         except BlockingIOError:
             return
         except OSError:

@@ -325,10 +325,15 @@ class ProcessBackend(Backend):
         with self._fork_server_lock:  # restarts start workers from several threads at once
             server = self._fork_server
             if server is None or server.process.poll() is not None:
+                if self._closed_meanwhile():  # aclose may have stopped the server already: no new one
+                    raise ClosedError("the vector env was closed during a restart")
                 if server is not None:  # killed from outside: its workers live on
                     server.close()
                     server.process.close()
                 server = self._fork_server = ForkServer(self._lifeline[0])
+                if self._closed_meanwhile():  # aclose began meanwhile and may not have seen it
+                    self._stop_fork_server_blocking()
+                    raise ClosedError("the vector env was closed during a restart")
         return server.start_child(child_end)
 
     def _send_init(self, worker: _Worker) -> None:

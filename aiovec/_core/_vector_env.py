@@ -155,8 +155,10 @@ class AsyncVectorEnv:
     - ``"inline"``: sub-envs stepped one after another in the event loop's thread (the oracle);
     - ``"thread"``: each sub-env on its own dedicated thread, stepped concurrently;
     - ``"process"``: ``num_workers`` worker processes (default: one per usable CPU), each
-      hosting a share of the sub-envs, results in shared memory; ``start_method`` defaults to
-      ``"forkserver"`` (safe when the parent has threads);
+      hosting a share of the sub-envs, results in shared memory; ``start_method``
+      ``"forkserver"`` (default on Linux: workers forked by a fresh interpreter of their own,
+      safe when the parent has threads, fast), ``"spawn"`` (a fresh interpreter per worker)
+      or ``"fork"`` (copies the parent: opt in knowingly);
     - ``"async"``: coroutine sub-envs (``aiovec.AsyncEnv``) as tasks on the event loop itself;
     - ``"ray"`` (``pip install 'aiovec[ray]'``): ``num_workers`` Ray actors (default: one per
       CPU of the cluster), each hosting a share of the sub-envs; Ray is found at ``address``

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.leaks import worker_pids
+
 SERVER = Path(__file__).resolve().parents[2] / "examples" / "serve" / "server.py"
 
 
@@ -64,8 +66,7 @@ class Server:
 
     def workers(self) -> set[int]:
         """aiovec's sub-env worker processes under the server."""
-        return {pid for pid in descendants(self.process.pid)
-                if "aiovec._backends._process_worker" in cmdline(pid)}
+        return worker_pids(self.process.pid)
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait; returns the exit code. Everything it started must be gone."""
