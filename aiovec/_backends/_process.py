@@ -325,7 +325,7 @@ class ProcessBackend(Backend):
         with self._fork_server_lock:  # restarts start workers from several threads at once
             server = self._fork_server
             if server is None or server.process.poll() is not None:
-                if self._closed_meanwhile():  # aclose may have stopped the server already: no new one
+                if self._closed_meanwhile():  # aclose may have stopped it already: no new one
                     raise ClosedError("the vector env was closed during a restart")
                 if server is not None:  # killed from outside: its workers live on
                     server.close()
