@@ -2,7 +2,7 @@
 
 1. Start-up: seconds from construction to the first step's results (construct, reset, one
    step), then close, for CartPole-v1 at 8 and 32 sub-envs. Contenders: aiovec's process
-   backend with its default ``forkserver`` and with ``spawn``; Gymnasium's ``AsyncVectorEnv``
+   backend with its default ``forkserver``, ``spawn`` and ``fork``; Gymnasium's ``AsyncVectorEnv``
    with ``fork`` (its default on Linux before Python 3.14) and ``forkserver``; SB3's
    ``SubprocVecEnv`` (``forkserver``, its default).
 2. Restart: the extra time of the vector step in which one worker dies (``os._exit``) and is
@@ -33,7 +33,6 @@ import gymnasium as gym
 import numpy as np
 from bench_envs import make_cartpole
 from harness import describe, machine, revision
-from stable_baselines3.common.vec_env import SubprocVecEnv
 
 import aiovec
 from aiovec.testing import Fault, FaultyEnv
@@ -67,6 +66,9 @@ def gymnasium_first_step(context: str, num_envs: int) -> float:
 
 
 def sb3_first_step(num_envs: int) -> float:
+    # Imported here: forkserver workers re-import this script, and SB3 brings PyTorch.
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
     started = time.perf_counter()
     envs = SubprocVecEnv([make_cartpole] * num_envs)
     try:
@@ -80,6 +82,7 @@ def sb3_first_step(num_envs: int) -> float:
 CONTENDERS: dict[str, Callable[[int], float]] = {
     "aiovec (forkserver)": functools.partial(aiovec_first_step, "forkserver"),
     "aiovec (spawn)": functools.partial(aiovec_first_step, "spawn"),
+    "aiovec (fork)": functools.partial(aiovec_first_step, "fork"),
     "Gymnasium Async (fork)": functools.partial(gymnasium_first_step, "fork"),
     "Gymnasium Async (forkserver)": functools.partial(gymnasium_first_step, "forkserver"),
     "SB3 SubprocVecEnv (forkserver)": sb3_first_step,
@@ -138,13 +141,13 @@ def main() -> None:
              f"median of {args.repeats} interleaved runs. {machine()}, aiovec {revision()}, "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
              "| contender | " + " | ".join(f"{size} envs" for size in SIZES)
-             + " | " + " | ".join(f"vs {BASELINE}, {size}" for size in SIZES) + " |",
+             + " | " + " | ".join(f"{BASELINE} / contender, {size}" for size in SIZES) + " |",
              "|---|" + "---:|" * (2 * len(SIZES))]
     for name in CONTENDERS:
         row = [errors.get((name, size)) or f"{median((name, size)):.3f}" for size in SIZES]
         for size in SIZES:
             mine, theirs = median((name, size)), median((BASELINE, size))
-            row.append(f"{theirs / mine:.2f}x faster" if mine and theirs else "—")
+            row.append(f"{theirs / mine:.2f}x" if mine and theirs else "—")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     lines += ["", "Extra time of the step in which one of 16 workers dies (`os._exit`) and is "
               "restarted (restart policy):", "", "| start method | extra seconds |", "|---|---:|"]
