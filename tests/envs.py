@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+import aiovec
 from aiovec.testing import CountingEnv
 
 
@@ -75,6 +76,11 @@ class PidEnv(CountingEnv):
     @property
     def pid(self) -> int:
         return os.getpid()
+
+
+async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
+    """The process each ``PidEnv`` sub-env runs in."""
+    return list(await envs.get_attr("pid"))
 
 
 class FifoStepEnv(PidEnv):

@@ -48,12 +48,23 @@ def child_pids() -> set[int]:
             if ppid == me or _forked_for(arguments) == me}
 
 
-def worker_pids(parent: int) -> set[int]:
+def worker_processes_of(parent: int) -> set[int]:
     """aiovec's worker processes started for ``parent``: spawned, or forked by its fork
     servers (which are not workers themselves)."""
     return {pid for pid, ppid, arguments in _processes()
             if (ppid == parent and any(WORKER_MODULE in argument for argument in arguments))
             or (_forked_for(arguments) == parent and ppid != parent)}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid``."""
+    parents = {child: parent for child, parent, _ in _processes()}
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
 
 
 def open_fds() -> set[str]:

@@ -2,7 +2,7 @@
 
 ``forkserver`` (default where the platform has it, see ``_forkserver``) forks each worker from
 a fresh interpreter that imported aiovec once. ``spawn`` runs a fresh interpreter per worker
-(``_BOOTSTRAP``, the parent's ``sys.path``). Both are safe whatever threads the parent runs,
+(``python_command``). Both are safe whatever threads the parent runs,
 and neither re-imports the caller's ``__main__``, so scripts need no
 ``if __name__ == "__main__"`` guard. ``fork`` copies the caller itself: like every fork of a
 process with threads, it may deadlock on a lock another thread held: opt in knowingly.
@@ -27,20 +27,24 @@ import time
 import anyio
 import anyio.to_thread
 
-__all__ = ["START_METHODS", "Child", "start_child"]
+__all__ = ["EXIT_STATUS", "START_METHODS", "Child", "python_command", "start_child"]
 
 START_METHODS = ("spawn", "fork", "forkserver")
 #: How a fork server relays a worker's exit status (``_forkserver``).
-_STATUS = struct.Struct("i")
+EXIT_STATUS = struct.Struct("i")
 #: The exit status of a worker whose fork server died before relaying it.
 _UNKNOWN_STATUS = 255
 
-# The spawned interpreter starts with the parent's sys.path, so it imports aiovec (and the
-# env's modules) from wherever the parent did: a virtualenv, an editable install, PYTHONPATH.
-_BOOTSTRAP = (
-    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from aiovec._backends._process_worker import main; main(sys.argv[2:])"
-)
+
+def python_command(module: str, *arguments: str) -> list[str]:
+    """A fresh interpreter running ``module.main(arguments)``.
+
+    It starts with the parent's ``sys.path``, so it imports aiovec (and the env's modules)
+    from wherever the parent did: a virtualenv, an editable install, ``PYTHONPATH``.
+    """
+    bootstrap = (f"import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+                 f"from {module} import main; main(sys.argv[2:])")
+    return [sys.executable, "-c", bootstrap, json.dumps(sys.path), *arguments]
 
 
 def _readable(fd: int) -> bool:
@@ -93,15 +97,15 @@ class Child:
     def _read_relayed_status(self) -> None:
         assert self._status is not None
         try:
-            data = self._status.recv(_STATUS.size, socket.MSG_WAITALL)
+            data = self._status.recv(EXIT_STATUS.size, socket.MSG_WAITALL)
         except BlockingIOError:
             return
         except OSError:
             data = b""
         self._status.close()
         self._status = None
-        if len(data) == _STATUS.size:
-            (self.returncode,) = _STATUS.unpack(data)
+        if len(data) == EXIT_STATUS.size:
+            (self.returncode,) = EXIT_STATUS.unpack(data)
         else:  # the server is gone: watch the process itself from now on
             self._status_lost = True
             self.poll()
@@ -180,8 +184,8 @@ def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
     if method in ("spawn", "forkserver"):  # forkserver without a fork server: spawn
         popen = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path),
-             str(child_end.fileno()), str(lifeline)],
+            python_command("aiovec._backends._process_worker", str(child_end.fileno()),
+                           str(lifeline)),
             pass_fds=(child_end.fileno(), lifeline), start_new_session=True,
         )
         return Child(popen.pid, popen)

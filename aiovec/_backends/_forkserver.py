@@ -16,7 +16,6 @@ socket or dies; workers outliving it still exit with the parent (the lifeline).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import signal
@@ -27,16 +26,12 @@ import sys
 import threading
 import traceback
 
-from aiovec._backends._children import _STATUS, Child
+from aiovec._backends._children import EXIT_STATUS, Child, python_command
 
 __all__ = ["ForkServer", "available"]
 
 #: Marks the server, and every worker it forks, in ``/proc/<pid>/cmdline``.
 MARKER = "aiovec-forkserver"
-_BOOTSTRAP = (
-    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from aiovec._backends._forkserver import serve; serve(sys.argv[2:])"
-)
 _PID = struct.Struct("q")
 #: Seconds a fork server that closed its end of the control socket gets to exit.
 _EXIT_WAIT = 5.0
@@ -56,8 +51,8 @@ class ForkServer:
         try:
             with remote:
                 popen = subprocess.Popen(
-                    [sys.executable, "-c", _BOOTSTRAP, json.dumps(sys.path), MARKER,
-                     str(os.getpid()), str(remote.fileno()), str(lifeline)],
+                    python_command(__name__, MARKER, str(os.getpid()), str(remote.fileno()),
+                                   str(lifeline)),
                     pass_fds=(remote.fileno(), lifeline), start_new_session=True,
                 )
         except BaseException:
@@ -91,17 +86,33 @@ class ForkServer:
         status.setblocking(False)  # read from the event loop's thread, only once readable
         return Child(pid, None, pidfd=fds[0], status=status)
 
-    def close(self) -> None:
-        """Ask the server to exit, at once: after its workers, whose exit statuses it relays."""
+    def _ask_to_exit(self) -> None:
+        """It exits at once: ask after its workers are gone, whose exit statuses it relays."""
         with contextlib.suppress(OSError):
             self._control.shutdown(socket.SHUT_RDWR)
         self._control.close()
+
+    async def stop(self, timeout: float) -> None:
+        """Ask it to exit and reap it (killed if it has not exited within ``timeout``)."""
+        self._ask_to_exit()
+        if await self.process.wait(timeout) is None:
+            self.process.signal(signal.SIGKILL)
+            await self.process.wait(timeout)
+        self.process.close()
+
+    def stop_blocking(self, timeout: float) -> None:
+        """``stop`` for callers off the event loop (start-up failures, restarts, close_nowait)."""
+        self._ask_to_exit()
+        if self.process.wait_blocking(timeout) is None:
+            self.process.signal(signal.SIGKILL)
+            self.process.wait_blocking(timeout)
+        self.process.close()
 
 
 # ---------------------------------------------------------------------- in the server
 
 
-def serve(argv: list[str]) -> None:
+def main(argv: list[str]) -> None:
     """The server's main loop: ``argv`` is ``[MARKER, PARENT_PID, CONTROL_FD, LIFELINE_FD]``."""
     control = socket.socket(fileno=int(argv[2]))
     lifeline = int(argv[3])
@@ -137,7 +148,7 @@ def serve(argv: list[str]) -> None:
                 selector.unregister(pidfd)
                 _, wait_status = os.waitpid(pid, 0)
                 with contextlib.suppress(OSError):  # the parent may have stopped listening
-                    os.write(status, _STATUS.pack(os.waitstatus_to_exitcode(wait_status)))
+                    os.write(status, EXIT_STATUS.pack(os.waitstatus_to_exitcode(wait_status)))
                 os.close(status)
                 os.close(pidfd)
 

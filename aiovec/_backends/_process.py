@@ -56,12 +56,12 @@ __all__ = ["ProcessBackend"]
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
                Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
 _REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
-#: A fork server where the platform has one (Linux), else a fresh interpreter per worker.
-DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 _INBOX_SIZE = 1 << 16
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 _HEADER_SIZE = HEADER.size
+#: A fork server where the platform has one (Linux), else a fresh interpreter per worker.
+DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 
 
 def default_num_workers(num_envs: int) -> int:
@@ -327,9 +327,8 @@ class ProcessBackend(Backend):
             if server is None or server.process.poll() is not None:
                 if self._closed_meanwhile():  # aclose may have stopped it already: no new one
                     raise ClosedError("the vector env was closed during a restart")
-                if server is not None:  # killed from outside: its workers live on
-                    server.close()
-                    server.process.close()
+                if server is not None:  # killed from outside (its workers live on): reaped
+                    server.stop_blocking(_EXIT_TIMEOUT)
                 server = self._fork_server = ForkServer(self._lifeline[0])
                 if self._closed_meanwhile():  # aclose began meanwhile and may not have seen it
                     self._stop_fork_server_blocking()
@@ -714,25 +713,15 @@ class ProcessBackend(Backend):
                     await worker.process.wait(_EXIT_TIMEOUT)
 
     async def _stop_fork_server(self) -> None:
-        """Its workers are gone: it exits once asked (killed if it does not, soon)."""
-        if self._fork_server is None:
-            return
+        """Once its workers are gone."""
         server, self._fork_server = self._fork_server, None
-        server.close()
-        if await server.process.wait(_EXIT_TIMEOUT) is None:
-            server.process.signal(signal.SIGKILL)
-            await server.process.wait(_EXIT_TIMEOUT)
-        server.process.close()
+        if server is not None:
+            await server.stop(_EXIT_TIMEOUT)
 
     def _stop_fork_server_blocking(self) -> None:
-        if self._fork_server is None:
-            return
         server, self._fork_server = self._fork_server, None
-        server.close()
-        if server.process.wait_blocking(_EXIT_TIMEOUT) is None:
-            server.process.signal(signal.SIGKILL)
-            server.process.wait_blocking(_EXIT_TIMEOUT)
-        server.process.close()
+        if server is not None:
+            server.stop_blocking(_EXIT_TIMEOUT)
 
     def _release(self) -> None:
         for worker in self._workers:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 import aiovec
 from aiovec._backends import _process
-from tests.envs import PidEnv
+from tests.envs import PidEnv, worker_pids
 from tests.leaks import FORK_SERVER_MARKER, parent_pid, wait_for_exit
 
 pytestmark = pytest.mark.anyio
@@ -25,10 +26,6 @@ pytestmark = pytest.mark.anyio
 
 def command_line(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-
-
-async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
-    return list(await envs.get_attr("pid"))
 
 
 def test_it_is_the_default_on_linux() -> None:
@@ -93,7 +90,8 @@ async def test_a_fork_server_that_cannot_start_fails_the_start_cleanly(
     leaves nothing behind."""
     from aiovec._backends import _forkserver
 
-    monkeypatch.setattr(_forkserver, "_BOOTSTRAP", "import sys; sys.exit(5)")
+    monkeypatch.setattr(_forkserver, "python_command",
+                        lambda *_: [sys.executable, "-c", "import sys; sys.exit(5)"])
     envs = aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2)
     with pytest.raises(ChildProcessError, match=r"fork server .* is gone: exit code 5"):
         await envs.start()

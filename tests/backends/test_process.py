@@ -26,6 +26,7 @@ from tests.envs import (
     TextEnv,
     UnpicklableInfoEnv,
     wait_for_fifo,
+    worker_pids,
 )
 from tests.leaks import parent_pid, shm_entries, wait_for_exit
 
@@ -34,10 +35,6 @@ pytestmark = pytest.mark.anyio
 #: A dead worker is noticed from its socket and exit descriptor, not by a timeout (there is
 #: none here): seconds at most, even on a loaded machine.
 PROMPTLY = 5.0
-
-
-async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
-    return list(await envs.get_attr("pid"))
 
 
 async def test_closures_and_lambdas_are_env_factories(no_leaks: None) -> None:

@@ -14,7 +14,7 @@ from ray.tune import register_env
 
 import aiovec
 from aiovec.rllib import env_creator
-from tests.leaks import wait_for_exit, worker_pids
+from tests.leaks import wait_for_exit, worker_processes_of
 from tests.rllib.envs import CRASHING_CARTPOLE
 
 # RLlib's env runners register the same id each time; these tests build several in one process.
@@ -59,7 +59,7 @@ def test_ppo_trains_on_aiovec_envs(ray_runtime: Any, backend: str, num_env_runne
         assert [env for _, env in runners] == [
             f"aiovec.VectorEnv(rllib-single-agent-env-v0, num_envs={NUM_ENVS}, "
             f"backend={backend!r})"] * max(num_env_runners, 1)
-        started = set().union(*(worker_pids(pid) for pid, _ in runners))
+        started = set().union(*(worker_processes_of(pid) for pid, _ in runners))
         assert len(started) == (2 * len(runners) if backend == "process" else 0)
         result = algo.train()
         assert result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME] >= 64

@@ -3,7 +3,6 @@ process on 127.0.0.1, stopped with SIGTERM at the end; nothing it started may ou
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,40 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.leaks import worker_pids
+from tests.leaks import descendants, wait_for_exit, worker_processes_of
 
 SERVER = Path(__file__).resolve().parents[2] / "examples" / "serve" / "server.py"
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid, for every process."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return parents
-
-
-def descendants(pid: int) -> set[int]:
-    """Every living process below ``pid``."""
-    parents = _parents()
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found |= frontier
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -66,7 +34,7 @@ class Server:
 
     def workers(self) -> set[int]:
         """aiovec's sub-env worker processes under the server."""
-        return worker_pids(self.process.pid)
+        return worker_processes_of(self.process.pid)
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait; returns the exit code. Everything it started must be gone."""
@@ -79,7 +47,7 @@ class Server:
             self.process.kill()
             self.process.wait()
             raise AssertionError(f"the server did not stop within {timeout} s") from None
-        wait_until(lambda: not (below & set(_parents())), 15, "the server's children to exit")
+        assert wait_for_exit(sorted(below), 15) == [], "the server's children did not exit"
         return code
 
 

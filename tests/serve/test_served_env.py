@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.serve.conftest import Server, descendants, wait_until
+from tests.leaks import descendants
+from tests.serve.conftest import Server, wait_until
 
 pytestmark = pytest.mark.anyio
 
