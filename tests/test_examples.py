@@ -111,7 +111,10 @@ def test_ray_cluster_example_recovers_from_a_dead_node() -> None:
     assert before is not None and after is not None, out
     assert before.group(1) != after.group(1)  # on the replacement node now
     assert "episodes cut by the node's death (truncated): 4; restarted sub-envs: 4" in out
-    assert "statistics: restarts=4" in out
+    # Each sub-env restarted once; a restart that lands on the dead node before Ray declares
+    # it dead needs one more, so the total may exceed 4 (never fall short of it).
+    restarts = re.search(r"statistics: restarts=(\d+)", out)
+    assert restarts is not None and int(restarts.group(1)) >= 4, out
 
 
 @pytest.mark.parametrize(("backend", "loop"), [("process", "asyncio"), ("thread", "trio")])
