@@ -19,10 +19,9 @@ from tests.ray_runtime import ray_environment
 
 pytestmark = pytest.mark.anyio
 
-#: Notice a dead node in ~3 s instead of Ray's default ~15 s (a raylet busy for 1.5 s on a
-#: loaded machine is not dead).
-FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-                      "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
+#: Notice a dead node in ~1.5 s instead of Ray's default ~15 s.
+FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                      "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
 SIMULATOR = "simulator"  # the custom resource only the simulator nodes have
 ON_SIMULATOR = {"num_cpus": 0, "resources": {SIMULATOR: 1}}
 
