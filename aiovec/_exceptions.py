@@ -110,17 +110,21 @@ class WorkerDiedError(AiovecError):
     """A worker process hosting sub-envs died: the world (or the env's native code) broke it.
 
     ``env_indices`` are the sub-envs it hosted; ``exitcode`` is its exit status (negative:
-    killed by that signal; ``None``: unknown). It is the ``__cause__`` of each ``SubEnvError``
-    for those sub-envs, and the group raised is also a ``WorkerDiedError``.
+    killed by that signal; ``None``: unknown); ``descendants_ended`` is how many processes its
+    sub-envs had started were ended with it (``None``: not known). It is the ``__cause__`` of
+    each ``SubEnvError`` for those sub-envs, and the group raised is also a ``WorkerDiedError``.
     """
 
-    def __init__(self, message: str, env_indices: Sequence[int], exitcode: int | None) -> None:
+    def __init__(self, message: str, env_indices: Sequence[int], exitcode: int | None,
+                 descendants_ended: int | None = None) -> None:
         self.env_indices = tuple(env_indices)
         self.exitcode = exitcode
+        self.descendants_ended = descendants_ended
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.env_indices, self.exitcode))
+        return (type(self), (str(self), self.env_indices, self.exitcode,
+                             self.descendants_ended))
 
 
 class SerializationError(AiovecError):

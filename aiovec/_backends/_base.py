@@ -190,6 +190,9 @@ class Backend(abc.ABC):
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.autoreset_mode = autoreset_mode
+        #: Processes the sub-envs had started that were ended when their sub-env closed,
+        #: restarted or died (backends that isolate process trees).
+        self.descendants_reaped = 0
 
     @abc.abstractmethod
     async def start(self) -> Pending:

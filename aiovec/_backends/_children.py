@@ -30,8 +30,9 @@ import anyio.to_thread
 __all__ = ["EXIT_STATUS", "START_METHODS", "Child", "python_command", "start_child"]
 
 START_METHODS = ("spawn", "fork", "forkserver")
-#: How a fork server relays a worker's exit status (``_forkserver``).
-EXIT_STATUS = struct.Struct("i")
+#: How a fork server relays a worker's exit status, and how many processes it had left
+#: behind were ended (``_forkserver``).
+EXIT_STATUS = struct.Struct("ii")
 #: The exit status of a worker whose fork server died before relaying it.
 _UNKNOWN_STATUS = 255
 
@@ -64,6 +65,9 @@ class Child:
         self.pid = pid
         self._popen = popen
         self.returncode: int | None = None
+        #: Processes the worker's sub-envs had started, ended after it died (relayed by a
+        #: fork server; ``None``: not known).
+        self.descendants_ended: int | None = None
         self._pidfd = pidfd
         self._status = status
         self._status_lost = False
@@ -105,7 +109,7 @@ class Child:
         self._status.close()
         self._status = None
         if len(data) == EXIT_STATUS.size:
-            (self.returncode,) = EXIT_STATUS.unpack(data)
+            self.returncode, self.descendants_ended = EXIT_STATUS.unpack(data)
         else:  # the server is gone: watch the process itself from now on
             self._status_lost = True
             self.poll()

@@ -38,6 +38,7 @@ from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Rem
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._forkserver import ForkServer
 from aiovec._backends._forkserver import available as fork_server_available
+from aiovec._backends._process_tree import GRACE
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
 from aiovec._backends._shared_memory import (
     BlockLayout,
@@ -55,8 +56,13 @@ __all__ = ["ProcessBackend"]
 
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
                Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
-_REAP_TIMEOUT = 1.0  # seconds to wait for a dead worker's exit status
+# Seconds to wait for a dead worker's exit status: its fork server first ends what the
+# worker left behind (SIGTERM, a grace, SIGKILL).
+_REAP_TIMEOUT = GRACE + 2.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
+# Seconds a closing worker gets to answer CLOSE beyond its sub-envs' own closing, and a
+# closing fork server to exit: both end what is left below them first.
+_SERVER_EXIT_TIMEOUT = GRACE + 5.0
 _INBOX_SIZE = 1 << 16
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 _HEADER_SIZE = HEADER.size
@@ -93,8 +99,11 @@ class _Worker:
     reading: anyio.Event | None = None
 
     def describe_death(self) -> str:
+        ended = self.process.descendants_ended
         return (f"worker process {self.index} (pid {self.process.pid}) died: "
-                f"{self.process.describe_exit()}")
+                f"{self.process.describe_exit()}"
+                + (f"; {ended} process{'es' * (ended != 1)} its sub-envs had started "
+                   f"ended with it" if ended else ""))
 
 
 class _ProcessPending(Pending):
@@ -174,7 +183,11 @@ class _ProcessPending(Pending):
             for env_index, entry in pickle.loads(payload) if payload else ():
                 replies[self._position[env_index]] = entry
             return
-        values = pickle.loads(payload) if payload else []
+        if self.op is Op.MAKE or self.op is Op.CLOSE:  # see _process_worker._ending_reply
+            values, reaped = pickle.loads(payload) if payload else ([], 0)
+            self._backend.descendants_reaped += reaped
+        else:
+            values = pickle.loads(payload) if payload else []
         for env_index, value in zip(self.hosted_by(worker), values):
             replies[self.position(env_index)] = value
 
@@ -193,7 +206,7 @@ class _ProcessPending(Pending):
 
     def _fail_hosted(self, worker: _Worker) -> None:
         reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
-                                 worker.process.poll())
+                                 worker.process.poll(), worker.process.descendants_ended)
         for env_index in self.hosted_by(worker):
             self.replies[self.position(env_index)] = Failure(
                 env_index, self.op.value, reason, str(reason), "")
@@ -300,7 +313,7 @@ class ProcessBackend(Backend):
         parent_end, child_end = socket.socketpair()
         try:
             with child_end:
-                if self.start_method == "forkserver":
+                if self._supervised:
                     child = self._fork(child_end)
                 else:
                     child = start_child(self.start_method, child_end, self._lifeline[0])
@@ -319,8 +332,14 @@ class ProcessBackend(Backend):
                 raise
         return worker
 
+    @property
+    def _supervised(self) -> bool:
+        """True when the workers are started (and supervised) by a fork server."""
+        return self.start_method != "fork" and fork_server_available()
+
     def _fork(self, child_end: socket.socket) -> Child:
-        """A worker forked by the fork server, started now if there is none (or it died)."""
+        """A worker started by the fork server, itself started now if there is none (or it
+        died)."""
         assert self._lifeline is not None
         with self._fork_server_lock:  # restarts start workers from several threads at once
             server = self._fork_server
@@ -333,7 +352,7 @@ class ProcessBackend(Backend):
                 if self._closed_meanwhile():  # aclose began meanwhile and may not have seen it
                     self._stop_fork_server_blocking()
                     raise ClosedError("the vector env was closed during a restart")
-        return server.start_child(child_end)
+        return server.start_child(child_end, self.start_method)
 
     def _send_init(self, worker: _Worker) -> None:
         worker.sock.sendall(encode(Kind.INIT, 0, self._inits[worker.index]))
@@ -434,7 +453,8 @@ class ProcessBackend(Backend):
         """
         try:
             old.process.signal(signal.SIGKILL)
-            await old.process.wait(_EXIT_TIMEOUT)
+            # Its status comes once what it left behind is gone: the new one starts after.
+            await old.process.wait(_REAP_TIMEOUT)
             self._retire(old)
             if self._closed_meanwhile():
                 raise ClosedError("the vector env was closed during a restart")
@@ -477,6 +497,7 @@ class ProcessBackend(Backend):
     def _retire(self, worker: _Worker) -> None:
         """Release a dead worker's socket and process handle."""
         self.lost(worker)
+        self.descendants_reaped += worker.process.descendants_ended or 0
         if self.loop is None:  # wake tasks parked on the socket (trio) before closing it
             anyio.notify_closing(worker.sock)
         worker.sock.close()
@@ -716,15 +737,16 @@ class ProcessBackend(Backend):
         """Once its workers are gone."""
         server, self._fork_server = self._fork_server, None
         if server is not None:
-            await server.stop(_EXIT_TIMEOUT)
+            await server.stop(_SERVER_EXIT_TIMEOUT)
 
     def _stop_fork_server_blocking(self) -> None:
         server, self._fork_server = self._fork_server, None
         if server is not None:
-            server.stop_blocking(_EXIT_TIMEOUT)
+            server.stop_blocking(_SERVER_EXIT_TIMEOUT)
 
     def _release(self) -> None:
         for worker in self._workers:
+            self.descendants_reaped += worker.process.descendants_ended or 0
             worker.sock.close()
             worker.process.close()
         self.buffers = None

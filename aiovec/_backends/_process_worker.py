@@ -11,6 +11,7 @@ import contextlib
 import mmap
 import os
 import pickle
+import select
 import signal
 import socket
 import threading
@@ -22,6 +23,12 @@ import cloudpickle
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._portable import picklable, portable
+from aiovec._backends._process_tree import (
+    OWNER_VARIABLE,
+    become_subreaper,
+    end_tree,
+    living_descendants,
+)
 from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._shared_memory import (
     BlockLayout,
@@ -46,16 +53,26 @@ IN_WORKER = False
 
 
 def _exit_with_parent(lifeline: int) -> None:
-    """Exit the moment the parent dies, whatever the main thread is doing.
+    """End this process's tree and exit the moment the trainer or the supervisor dies,
+    whatever the main thread is doing.
 
-    The parent holds the only write end of the ``lifeline`` pipe and never writes to it: the
-    read returns (EOF) exactly when the parent's descriptors close, i.e. when it dies.
+    The trainer holds the only write end of the ``lifeline`` pipe and never writes to it: the
+    read returns (EOF) exactly when its descriptors close, i.e. when it dies. The supervisor
+    (the fork server, or the trainer itself) is this process's parent, watched through a pidfd
+    opened before checking that it still is the parent (it may have died before we looked).
     """
+    watched = [lifeline]
+    parent = os.getppid()
+    with contextlib.suppress(AttributeError, OSError):
+        watched.append(os.pidfd_open(parent))
+    orphaned = os.getppid() != parent
 
     def watch() -> None:
         try:
-            os.read(lifeline, 1)
+            if not orphaned:
+                select.select(watched, [], [])
         finally:
+            end_tree()
             os._exit(70)
 
     threading.Thread(target=watch, name="aiovec-lifeline", daemon=True).start()
@@ -74,14 +91,25 @@ class _Worker:
         self.slots = [EnvSlot(first_env + offset, autoreset_mode)
                       for offset in range(len(env_fns))]
         self.env_fns = env_fns
+        #: The processes each sub-env was seen to start while it was being made.
+        self.started: list[set[int]] = [set() for _ in env_fns]
+        #: Processes started by the sub-envs and ended by this worker, since last reported.
+        self.reaped = 0
         self.block: mmap.mmap | None = None
         self.views: BlockViews | None = None
         self.read_action: Callable[[int], Any] = _actions_come_in_frames
         self.write_obs: Callable[[int, Any], None] | None = None
 
     def make(self) -> list[Any]:
-        replies = [slot.run(Op.MAKE, env_fn) for slot, env_fn in zip(self.slots, self.env_fns)]
+        replies = [self._make(offset) for offset in range(len(self.slots))]
         return [portable(reply) if type(reply) is Failure else reply for reply in replies]
+
+    def _make(self, offset: int) -> Any:
+        """Make one hosted sub-env, noting the processes it started (see ``remake``)."""
+        before = set(living_descendants())
+        reply = self.slots[offset].run(Op.MAKE, self.env_fns[offset])
+        self.started[offset] = set(living_descendants()) - before
+        return reply
 
     def attach(self, fd: int, layout: BlockLayout) -> None:
         try:
@@ -96,11 +124,24 @@ class _Worker:
             slot.step_timer = views.latencies.timer(slot.env_index)
 
     def remake(self, env_indices: list[int]) -> list[Any]:
-        """Make the given hosted sub-envs afresh (a restart requested by the parent)."""
+        """Make the given hosted sub-envs afresh (a restart requested by the parent).
+
+        Each old sub-env is closed, then what it started is ended: everything below this
+        worker when it hosts nothing else, else the processes it was seen to start while being
+        made (and their trees); anything else it started ends with this worker.
+        """
+        offsets = [env_index - self.first_env for env_index in env_indices]
+        for offset in offsets:
+            self.slots[offset].run(Op.CLOSE, None)  # a broken env's close may fail: go on
+        if len(offsets) == len(self.slots):
+            self.reaped += end_tree()
+        else:
+            living = set(living_descendants())
+            self.reaped += end_tree([pid for offset in offsets
+                                     for pid in self.started[offset] & living])
         replies = []
-        for env_index in env_indices:
-            offset = env_index - self.first_env
-            reply = self.slots[offset].run(Op.MAKE, self.env_fns[offset])
+        for offset in offsets:
+            reply = self._make(offset)
             replies.append(portable(reply) if type(reply) is Failure else None)
         return replies
 
@@ -155,6 +196,7 @@ class _Worker:
 
     def close(self) -> list[Any]:
         replies = self.run_each(Op.CLOSE, [None] * len(self.slots))
+        self.reaped += end_tree()  # whatever the sub-envs' close left running
         if self.block is not None:
             # Drop every view first: the mapping cannot close while arrays point into it.
             if self.views is not None:
@@ -181,6 +223,19 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
         return encode(Kind.REPLY, sequence, dumps(safe))
 
 
+def _ending_reply(worker: _Worker, sequence: int, phase: str, replies: list[Any],
+                  env_indices: list[int]) -> bytes:
+    """The REPLY to a request that may end processes (MAKE, CLOSE): the replies, then how
+    many processes the sub-envs had started were ended meanwhile."""
+    reaped, worker.reaped = worker.reaped, 0
+    try:
+        return encode(Kind.REPLY, sequence, dumps((replies, reaped)))
+    except Exception:
+        safe = [picklable(phase, env_index, reply)
+                for env_index, reply in zip(env_indices, replies)]
+        return encode(Kind.REPLY, sequence, dumps((safe, reaped)))
+
+
 def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
     """The ATTACH frame, whose first bytes carry the shared memory descriptor."""
     head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 1)
@@ -198,6 +253,10 @@ def worker_main(sock: socket.socket, lifeline: int) -> None:
     """A worker's whole life: receive its sub-envs, make them, serve until CLOSE or EOF."""
     global IN_WORKER
     IN_WORKER = True
+    # Whatever the sub-envs start stays below this process, even once orphaned: see
+    # _process_tree. Before anything else, so nothing they start can slip past it.
+    become_subreaper()
+    os.environ[OWNER_VARIABLE] = str(os.getpid())
     _exit_with_parent(lifeline)
     # Ctrl-C is the parent's to handle: it cancels, then closes or kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -208,7 +267,7 @@ def worker_main(sock: socket.socket, lifeline: int) -> None:
         first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
         env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
         worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
-        sock.sendall(encode(Kind.HELLO, 0, dumps(worker.make())))
+        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), 0))))
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout)
         sock.sendall(encode(Kind.REPLY, sequence))
@@ -268,14 +327,16 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
             sock.sendall(_reply(sequence, "set_attr", replies, hosted))
         elif kind is Kind.MAKE:
             requested = pickle.loads(payload)
-            sock.sendall(_reply(sequence, "make", worker.remake(requested), requested))
+            sock.sendall(_ending_reply(worker, sequence, "make", worker.remake(requested),
+                                       requested))
         elif kind is Kind.CLOSE:
-            sock.sendall(_reply(sequence, "close", worker.close(), hosted))
+            sock.sendall(_ending_reply(worker, sequence, "close", worker.close(), hosted))
             return
         else:
             raise RuntimeError(f"unexpected frame {kind.name}")
 
 
 def main(argv: list[str]) -> None:
-    """Entry point of a spawned worker: ``argv`` is ``[SOCKET_FD, LIFELINE_FD]``."""
-    worker_main(socket.socket(fileno=int(argv[0])), int(argv[1]))
+    """Entry point of a spawned worker: ``argv`` ends with ``SOCKET_FD LIFELINE_FD`` (a fork
+    server puts its marker first, so tests can tell whose worker it is)."""
+    worker_main(socket.socket(fileno=int(argv[-2])), int(argv[-1]))

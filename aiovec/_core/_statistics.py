@@ -39,7 +39,9 @@ class Statistics:
     sub-envs; a ``recv`` batch counts as a step); ``errors`` counts sub-env failures (raised
     or recovered), ``timeouts`` sub-envs that missed a deadline, ``restarts`` sub-envs
     recreated by the restart policy or a reset;
-    ``abandoned_threads`` is how many hung sub-env threads are still running (thread backend).
+    ``abandoned_threads`` is how many hung sub-env threads are still running (thread backend);
+    ``descendants_reaped`` counts processes the sub-envs had started that aiovec ended when
+    their sub-env closed, restarted or died (process backend, Linux).
     """
 
     steps: int
@@ -49,6 +51,7 @@ class Statistics:
     restarts: int
     abandoned_threads: int
     step_latency: tuple[LatencySummary, ...]
+    descendants_reaped: int = 0
 
 
 class LatencyLog:

@@ -412,6 +412,7 @@ class AsyncVectorEnv:
             restarts=counters.restarts,
             abandoned_threads=self._backend.abandoned_threads(),
             step_latency=self._final_latency or self._latency_summaries(),
+            descendants_reaped=self._backend.descendants_reaped,
         )
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:

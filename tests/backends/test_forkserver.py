@@ -1,5 +1,6 @@
 """The fork server (the process backend's default start method on Linux): one per vector env,
-it forks every worker, relays their exit statuses, is replaced if killed, and goes at close.
+it starts every worker (forked, or spawned with ``start_method="spawn"``), relays their exit
+statuses, is replaced if killed, and goes at close.
 
 Exit statuses, restarts and every failure mode also run through it in the rest of the suite
 (it is the default); these tests pin down the server itself.
@@ -19,7 +20,7 @@ import pytest
 import aiovec
 from aiovec._backends import _process
 from tests.envs import PidEnv, worker_pids
-from tests.leaks import FORK_SERVER_MARKER, parent_pid, wait_for_exit
+from tests.leaks import FORK_SERVER_MARKER, WORKER_MODULE, parent_pid, wait_for_exit
 
 pytestmark = pytest.mark.anyio
 
@@ -48,39 +49,42 @@ async def test_one_server_forks_every_worker_and_close_reaps_it(no_leaks: None) 
     assert wait_for_exit([server, *workers], 10) == []
 
 
-async def test_spawn_still_starts_fresh_interpreters(no_leaks: None) -> None:
+async def test_spawn_starts_fresh_interpreters_under_the_server(no_leaks: None) -> None:
+    """Spawned workers are fresh interpreters, started (and supervised) by the server."""
     async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2,
                                      start_method="spawn") as envs:
         await envs.reset(seed=0)
         workers = await worker_pids(envs)
-        assert [parent_pid(pid) for pid in workers] == [os.getpid()] * 2
-        assert all(FORK_SERVER_MARKER not in command_line(pid) for pid in workers)
+        servers = {parent_pid(pid) for pid in workers}
+        assert len(servers) == 1 and parent_pid(servers.pop()) == os.getpid()
+        for pid in workers:
+            arguments = command_line(pid)
+            assert WORKER_MODULE in b" ".join(arguments)
+            assert arguments[arguments.index(FORK_SERVER_MARKER) + 1] == str(
+                os.getpid()).encode()
 
 
-async def test_a_killed_server_is_replaced_and_nothing_is_lost(no_leaks: None) -> None:
-    """Killing the server leaves its workers serving; the next worker that must be started
-    (a restart) gets a new server. A worker dying while no server watches it still fails
-    clearly, its exit status unknown."""
+async def test_a_killed_server_takes_its_workers_and_is_replaced(no_leaks: None) -> None:
+    """Killing the server makes its workers exit (after ending whatever their sub-envs
+    started: nothing would be left to end it once they died); the next call reports them
+    dead, their exit status unknown, and a reset restarts them through a new server."""
     async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2) as envs:
         await envs.reset(seed=0)
         workers = await worker_pids(envs)
         server = parent_pid(workers[0])
         os.kill(server, signal.SIGKILL)
-        assert wait_for_exit([server], 10) == []
-        obs, *_ = await envs.step(np.ones(2, np.int64))  # the orphaned workers still serve
-        assert obs[:, 0].tolist() == [1, 1]
-        os.kill(workers[1], signal.SIGKILL)
+        assert wait_for_exit([server, *workers], 10) == []
         with pytest.raises(aiovec.WorkerDiedError) as caught:
             await envs.step(np.ones(2, np.int64))
         cause: Any = caught.value.exceptions[0].__cause__
-        assert caught.value.env_indices == (1,) and "exit status unknown" in str(cause)
-        await envs.reset(seed=1)  # restarts worker 1, through a new server
+        assert caught.value.env_indices == (0, 1) and "exit status unknown" in str(cause)
+        await envs.reset(seed=1)  # restarts both workers, through a new server
         new_workers = await worker_pids(envs)
-        assert new_workers[0] == workers[0] and new_workers[1] != workers[1]
-        new_server = parent_pid(new_workers[1])
+        assert not set(new_workers) & set(workers)
+        new_server = parent_pid(new_workers[0])
         assert new_server != server and parent_pid(new_server) == os.getpid()
         obs, *_ = await envs.step(np.ones(2, np.int64))
-        assert obs[:, 0].tolist() == [3, 1]  # sub-env 0 kept its steps; 1 is a new instance
+        assert obs[:, 0].tolist() == [1, 1]  # new instances
     assert wait_for_exit([new_server, *new_workers], 10) == []
 
 
