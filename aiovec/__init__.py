@@ -21,6 +21,7 @@ from aiovec._exceptions import WorkerDiedError as WorkerDiedError
 
 if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._core._async_env import AsyncEnv as AsyncEnv
+    from aiovec._core._cleanups import register_cleanup as register_cleanup
     from aiovec._core._first_ready import StepBatch as StepBatch
     from aiovec._core._restart import RestartPolicy as RestartPolicy
     from aiovec._core._statistics import LatencySummary as LatencySummary
@@ -58,6 +59,7 @@ __all__ = (
     "WorkerDiedError",
     "make_async_vec",
     "make_vec",
+    "register_cleanup",
     "register_envs",
 )
 
@@ -66,6 +68,7 @@ __all__ = (
 #: shim's thread, ...) would cost every worker ~0.1 s of start-up for nothing.
 _LAZY = {
     "AsyncEnv": "aiovec._core._async_env",
+    "register_cleanup": "aiovec._core._cleanups",
     "StepBatch": "aiovec._core._first_ready",
     "RestartPolicy": "aiovec._core._restart",
     "LatencySummary": "aiovec._core._statistics",

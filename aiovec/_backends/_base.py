@@ -28,6 +28,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._loop_wakeup import ThreadsafeCaller
+from aiovec._core._cleanups import CleanupTally
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import LatencyLog
@@ -193,6 +194,8 @@ class Backend(abc.ABC):
         #: Processes the sub-envs had started that were ended when their sub-env closed,
         #: restarted or died (backends that isolate process trees).
         self.descendants_reaped = 0
+        #: The sub-envs' registered cleanups run and failed (see ``_core._cleanups``).
+        self.cleanups = CleanupTally()
 
     @abc.abstractmethod
     async def start(self) -> Pending:

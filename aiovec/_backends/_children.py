@@ -30,9 +30,9 @@ import anyio.to_thread
 __all__ = ["EXIT_STATUS", "START_METHODS", "Child", "python_command", "start_child"]
 
 START_METHODS = ("spawn", "fork", "forkserver")
-#: How a fork server relays a worker's exit status, and how many processes it had left
-#: behind were ended (``_forkserver``).
-EXIT_STATUS = struct.Struct("ii")
+#: How a fork server relays a worker's exit status, how many processes it had left behind
+#: were ended, and how many of the cleanups it left ran and failed (``_forkserver``).
+EXIT_STATUS = struct.Struct("iiii")
 #: The exit status of a worker whose fork server died before relaying it.
 _UNKNOWN_STATUS = 255
 
@@ -68,6 +68,8 @@ class Child:
         #: Processes the worker's sub-envs had started, ended after it died (relayed by a
         #: fork server; ``None``: not known).
         self.descendants_ended: int | None = None
+        #: The cleanups it left that its fork server ran: ``(run, failed)``.
+        self.cleanups = (0, 0)
         self._pidfd = pidfd
         self._status = status
         self._status_lost = False
@@ -109,7 +111,8 @@ class Child:
         self._status.close()
         self._status = None
         if len(data) == EXIT_STATUS.size:
-            self.returncode, self.descendants_ended = EXIT_STATUS.unpack(data)
+            self.returncode, self.descendants_ended, *cleanups = EXIT_STATUS.unpack(data)
+            self.cleanups = (cleanups[0], cleanups[1])
         else:  # the server is gone: watch the process itself from now on
             self._status_lost = True
             self.poll()
@@ -189,7 +192,7 @@ def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     if method in ("spawn", "forkserver"):  # forkserver without a fork server: spawn
         popen = subprocess.Popen(
             python_command("aiovec._backends._process_worker", str(child_end.fileno()),
-                           str(lifeline)),
+                           str(lifeline), "-1"),
             pass_fds=(child_end.fileno(), lifeline), start_new_session=True,
         )
         return Child(popen.pid, popen)

@@ -32,8 +32,11 @@ import subprocess
 import sys
 import threading
 import traceback
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from aiovec._backends._children import EXIT_STATUS, Child, python_command
+from aiovec._backends._cleanup_channel import CleanupLedger, Pending, run_orphaned
 from aiovec._backends._process_tree import become_subreaper, end_tree, owner_of
 
 __all__ = ["ForkServer", "available"]
@@ -126,76 +129,127 @@ class ForkServer:
 
 def main(argv: list[str]) -> None:
     """The server's main loop: ``argv`` is ``[MARKER, PARENT_PID, CONTROL_FD, LIFELINE_FD]``."""
-    control = socket.socket(fileno=int(argv[2]))
-    lifeline = int(argv[3])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     become_subreaper()
-    # What every worker needs, imported once here instead of once per worker.
-    import aiovec._backends._process_worker  # noqa: F401
-
-    selector = selectors.DefaultSelector()
-    selector.register(control, selectors.EVENT_READ)
-    children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status descriptor)
-    # Processes ended after their worker died, by worker pid, until its status is relayed.
-    ended: collections.Counter[int | None] = collections.Counter()
+    server = _Supervisor(socket.socket(fileno=int(argv[2])), int(argv[3]), argv[:2])
     while True:
-        for key, _ in selector.select():
-            if key.fileobj is control:
-                message, fds, _, _ = socket.recv_fds(control, 1, 2)
-                if not message:  # the parent closed the vector env, or died
-                    end_tree()  # workers and whatever is left below them
-                    os._exit(0)  # (an interpreter's shutdown takes ~0.1 s here)
-                child_end, status = fds
-                try:
-                    pid = _start_worker(message, child_end, lifeline, argv[:2])
-                except OSError as error:  # out of processes or memory: the parent raises it
-                    os.close(status)
-                    control.sendall(_PID.pack(-(error.errno or 1)))
-                    continue
-                finally:
-                    os.close(child_end)
-                pidfd = os.pidfd_open(pid)
-                children[pidfd] = (pid, status)
-                selector.register(pidfd, selectors.EVENT_READ)
-                socket.send_fds(control, [_PID.pack(pid)], [pidfd])
-            else:
-                pidfd = int(key.fd)
-                pid, status = children.pop(pidfd)
-                selector.unregister(pidfd)
-                _, wait_status = os.waitpid(pid, 0)
-                # The dead worker's orphans were handed to us before we heard of its death:
-                # every living process below us that is not a worker (or below one) is an
-                # orphan, this worker's or that of one that died with it (they say whose).
-                end_tree(spare={pid for pid, _ in children.values()},
-                         note=lambda orphan: ended.update([owner_of(orphan)]))
-                count = ended.pop(pid, 0) + ended.pop(None, 0)
-                with contextlib.suppress(OSError):  # the parent may have stopped listening
-                    os.write(status, EXIT_STATUS.pack(os.waitstatus_to_exitcode(wait_status),
-                                                      count))
-                os.close(status)
-                os.close(pidfd)
+        for key, _ in server.selector.select():
+            key.data(key.fileobj)
 
 
-def _start_worker(request: bytes, child_end: int, lifeline: int, marker: list[str]) -> int:
-    """Fork a worker serving ``child_end`` (``b"F"``), or spawn one (``b"S"``): its pid."""
+@dataclass(eq=False)
+class _Supervised:
+    """The server's record of one worker."""
+
+    pid: int
+    pidfd: int
+    status: int  # where its exit status is relayed
+    cleanups: CleanupLedger
+
+
+class _Supervisor:
+    """Starts workers on request; when one dies, ends what it left, runs its orphaned
+    cleanups and relays its exit status; ends everything when the parent goes."""
+
+    def __init__(self, control: socket.socket, lifeline: int, marker: list[str]) -> None:
+        self.control = control
+        self.lifeline = lifeline
+        self.marker = marker
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(control, selectors.EVENT_READ, self._request)
+        self.workers: dict[int, _Supervised] = {}  # by pid
+        # Processes ended after their worker died, by worker pid, until its status is relayed.
+        self.ended: collections.Counter[int | None] = collections.Counter()
+
+    def _request(self, control: Any) -> None:
+        message, fds, _, _ = socket.recv_fds(self.control, 1, 2)
+        if not message:  # the parent closed the vector env, or died
+            self._shut_down()
+        child_end, status = fds
+        channel, worker_channel = socket.socketpair()
+        try:
+            pid = _start_worker(message, child_end, self.lifeline, worker_channel.fileno(),
+                                self.marker)
+        except OSError as error:  # out of processes or memory: the parent raises it
+            os.close(status)
+            channel.close()
+            self.control.sendall(_PID.pack(-(error.errno or 1)))
+            return
+        finally:
+            os.close(child_end)
+            worker_channel.close()
+        worker = _Supervised(pid, os.pidfd_open(pid), status, CleanupLedger(channel))
+        self.workers[pid] = worker
+        self.selector.register(worker.pidfd, selectors.EVENT_READ, self._worker_died)
+        self.selector.register(channel, selectors.EVENT_READ, self._cleanups_sent)
+        socket.send_fds(self.control, [_PID.pack(pid)], [worker.pidfd])
+
+    def _cleanups_sent(self, channel: Any) -> None:
+        ledger = next(worker.cleanups for worker in self.workers.values()
+                      if worker.cleanups.channel is channel)
+        if not ledger.read():  # closed: whatever is left is read once the worker is reaped
+            self.selector.unregister(channel)
+
+    def _worker_died(self, pidfd: Any) -> None:
+        worker = next(worker for worker in self.workers.values() if worker.pidfd == pidfd)
+        del self.workers[worker.pid]
+        self.selector.unregister(worker.pidfd)
+        _, wait_status = os.waitpid(worker.pid, 0)
+        # The dead worker's orphans were handed to us before we heard of its death: every
+        # living process below us that is not a worker (or below one) is an orphan, this
+        # worker's or that of one that died with it (they say whose).
+        end_tree(spare=set(self.workers), note=lambda orphan: self.ended.update([owner_of(orphan)]))
+        ended = self.ended.pop(worker.pid, 0) + self.ended.pop(None, 0)
+        run, failed = run_orphaned(self._forget(worker))
+        with contextlib.suppress(OSError):  # the parent may have stopped listening
+            os.write(worker.status, EXIT_STATUS.pack(os.waitstatus_to_exitcode(wait_status),
+                                                     ended, run, failed))
+        os.close(worker.status)
+        os.close(worker.pidfd)
+
+    def _forget(self, worker: _Supervised) -> list[Pending]:
+        """The cleanups the dead ``worker`` left unclaimed; its channel closed."""
+        ledger = worker.cleanups
+        if ledger.read():  # still registered: unregister (a closed one was already)
+            with contextlib.suppress(KeyError):
+                self.selector.unregister(ledger.channel)
+        ledger.close()
+        return list(ledger.pending.values())
+
+    def _shut_down(self) -> NoReturn:
+        """End every worker and what is below it, run what cleanups they left, exit."""
+        end_tree()
+        pending = [entry for worker in self.workers.values() for entry in self._forget(worker)]
+        run_orphaned(pending)
+        os._exit(0)  # (an interpreter's shutdown takes ~0.1 s here)
+
+
+def _start_worker(request: bytes, child_end: int, lifeline: int, channel: int,
+                  marker: list[str]) -> int:
+    """Fork a worker serving ``child_end`` (``b"F"``), or spawn one (``b"S"``): its pid.
+    It reports its sub-envs' cleanups over ``channel`` (``_cleanup_channel``)."""
+    if request == b"F":
+        # What every forked worker needs, imported here once (at the first fork) instead of
+        # once per worker; a server that only spawns never needs it.
+        import aiovec._backends._process_worker  # noqa: F401
     pid = os.fork()
     if pid:
         return pid
     code = 1  # an exception escaped: as a spawned interpreter, print it and exit 1
     try:
         os.setsid()  # its own session, as a spawned worker: Ctrl-C reaches the parent only
-        keep = sorted({0, 1, 2, child_end, lifeline})  # nothing of the server's
+        keep = sorted({0, 1, 2, child_end, lifeline, channel})  # nothing of the server's
         for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")]):
             os.closerange(low + 1, high)
         if request == b"S":
-            os.set_inheritable(child_end, True)
-            os.set_inheritable(lifeline, True)
+            for fd in (child_end, lifeline, channel):
+                os.set_inheritable(fd, True)
             command = python_command("aiovec._backends._process_worker", *marker,
-                                     str(child_end), str(lifeline))
+                                     str(child_end), str(lifeline), str(channel))
             os.execv(command[0], command)
         from aiovec._backends._process_worker import worker_main
 
-        worker_main(socket.socket(fileno=child_end), lifeline)
+        worker_main(socket.socket(fileno=child_end), lifeline, channel)
         code = 0
     except SystemExit as request_to_exit:  # sys.exit(...) in a sub-env: its status, as in spawn
         if request_to_exit.code is None or isinstance(request_to_exit.code, int):

@@ -75,7 +75,8 @@ class InlineBackend(Backend):
     async def start(self) -> Pending:
         self._unserved = []
         self.latencies = LatencyLog.allocate(self.num_envs)
-        self._slots = [EnvSlot(index, self.autoreset_mode, self.latencies.timer(index))
+        self._slots = [EnvSlot(index, self.autoreset_mode, self.latencies.timer(index),
+                               self.cleanups)
                        for index in range(self.num_envs)]
         indices = range(self.num_envs)
         return self.submit(Op.MAKE, indices, self.env_fns)

@@ -184,8 +184,10 @@ class _ProcessPending(Pending):
                 replies[self._position[env_index]] = entry
             return
         if self.op is Op.MAKE or self.op is Op.CLOSE:  # see _process_worker._ending_reply
-            values, reaped = pickle.loads(payload) if payload else ([], 0)
+            values, (reaped, run, failed) = (pickle.loads(payload) if payload
+                                             else ([], (0, 0, 0)))
             self._backend.descendants_reaped += reaped
+            self._backend.cleanups.add(run, failed)
         else:
             values = pickle.loads(payload) if payload else []
         for env_index, value in zip(self.hosted_by(worker), values):
@@ -494,10 +496,15 @@ class ProcessBackend(Backend):
         """True once ``aclose`` began (a method: the answer changes across awaits)."""
         return self._closing
 
+    def _count_what_died_with(self, worker: _Worker) -> None:
+        """What its fork server ended and cleaned up after it died (once it is reaped)."""
+        self.descendants_reaped += worker.process.descendants_ended or 0
+        self.cleanups.add(*worker.process.cleanups)
+
     def _retire(self, worker: _Worker) -> None:
         """Release a dead worker's socket and process handle."""
         self.lost(worker)
-        self.descendants_reaped += worker.process.descendants_ended or 0
+        self._count_what_died_with(worker)
         if self.loop is None:  # wake tasks parked on the socket (trio) before closing it
             anyio.notify_closing(worker.sock)
         worker.sock.close()
@@ -746,7 +753,7 @@ class ProcessBackend(Backend):
 
     def _release(self) -> None:
         for worker in self._workers:
-            self.descendants_reaped += worker.process.descendants_ended or 0
+            self._count_what_died_with(worker)
             worker.sock.close()
             worker.process.close()
         self.buffers = None

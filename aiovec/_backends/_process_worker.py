@@ -22,6 +22,7 @@ from typing import Any
 import cloudpickle
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
 from aiovec._backends._process_tree import (
     OWNER_VARIABLE,
@@ -38,6 +39,7 @@ from aiovec._backends._shared_memory import (
     row_writer,
     write_row,
 )
+from aiovec._core._cleanups import CleanupTally
 from aiovec._core._slot import EnvSlot, Failure, Op
 
 __all__ = ["main", "worker_main"]
@@ -88,7 +90,9 @@ class _Worker:
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
                  autoreset_mode: AutoresetMode) -> None:
         self.first_env = first_env
-        self.slots = [EnvSlot(first_env + offset, autoreset_mode)
+        #: The sub-envs' cleanups run and failed here (reported with ``reaped``).
+        self.cleanups = CleanupTally()
+        self.slots = [EnvSlot(first_env + offset, autoreset_mode, cleanups=self.cleanups)
                       for offset in range(len(env_fns))]
         self.env_fns = env_fns
         #: The processes each sub-env was seen to start while it was being made.
@@ -225,15 +229,16 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
 
 def _ending_reply(worker: _Worker, sequence: int, phase: str, replies: list[Any],
                   env_indices: list[int]) -> bytes:
-    """The REPLY to a request that may end processes (MAKE, CLOSE): the replies, then how
-    many processes the sub-envs had started were ended meanwhile."""
-    reaped, worker.reaped = worker.reaped, 0
+    """The REPLY to a request that may end sub-envs (MAKE, CLOSE): the replies, then how many
+    processes the sub-envs had started were ended, and cleanups run and failed, meanwhile."""
+    tally = (worker.reaped, worker.cleanups.run, worker.cleanups.failed)
+    worker.reaped = worker.cleanups.run = worker.cleanups.failed = 0
     try:
-        return encode(Kind.REPLY, sequence, dumps((replies, reaped)))
+        return encode(Kind.REPLY, sequence, dumps((replies, tally)))
     except Exception:
         safe = [picklable(phase, env_index, reply)
                 for env_index, reply in zip(env_indices, replies)]
-        return encode(Kind.REPLY, sequence, dumps((safe, reaped)))
+        return encode(Kind.REPLY, sequence, dumps((safe, tally)))
 
 
 def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
@@ -249,8 +254,9 @@ def _recv_attach(sock: socket.socket) -> tuple[int, int, BlockLayout]:
     return sequence, fds[0], layout
 
 
-def worker_main(sock: socket.socket, lifeline: int) -> None:
-    """A worker's whole life: receive its sub-envs, make them, serve until CLOSE or EOF."""
+def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) -> None:
+    """A worker's whole life: receive its sub-envs, make them, serve until CLOSE or EOF.
+    ``channel`` leads to the fork server, which runs the sub-envs' cleanups if this dies."""
     global IN_WORKER
     IN_WORKER = True
     # Whatever the sub-envs start stays below this process, even once orphaned: see
@@ -258,6 +264,8 @@ def worker_main(sock: socket.socket, lifeline: int) -> None:
     become_subreaper()
     os.environ[OWNER_VARIABLE] = str(os.getpid())
     _exit_with_parent(lifeline)
+    if channel is not None:
+        connect(channel)
     # Ctrl-C is the parent's to handle: it cancels, then closes or kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -267,7 +275,7 @@ def worker_main(sock: socket.socket, lifeline: int) -> None:
         first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
         env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
         worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
-        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), 0))))
+        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout)
         sock.sendall(encode(Kind.REPLY, sequence))
@@ -337,6 +345,8 @@ def _serve(worker: _Worker, sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point of a spawned worker: ``argv`` ends with ``SOCKET_FD LIFELINE_FD`` (a fork
-    server puts its marker first, so tests can tell whose worker it is)."""
-    worker_main(socket.socket(fileno=int(argv[-2])), int(argv[-1]))
+    """Entry point of a spawned worker: ``argv`` ends with ``SOCKET_FD LIFELINE_FD CHANNEL_FD``
+    (``-1``: no fork server; a fork server puts its marker first, so tests can tell whose
+    worker it is)."""
+    sock, lifeline, channel = (int(argument) for argument in argv[-3:])
+    worker_main(socket.socket(fileno=sock), lifeline, None if channel < 0 else channel)

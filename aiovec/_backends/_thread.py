@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import NO_REPLY, Arrivals, Backend, Pending, Remade
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._core._cleanups import run_cleanups, take_cleanups
 from aiovec._core._slot import EnvSlot, Failure, Op
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
@@ -130,6 +131,12 @@ def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None)
             return
 
 
+def _run_cleanups_of(slots: list[EnvSlot]) -> None:
+    for slot in slots:
+        if slot.env is not None:
+            run_cleanups(take_cleanups(slot.env), slot.env_index, slot.cleanups)
+
+
 #: Hung sub-env threads still running, beyond which no replacement thread is started.
 MAX_ABANDONED_THREADS = 64
 
@@ -164,6 +171,8 @@ class ThreadBackend(Backend):
         self._queues = [queue.SimpleQueue() for _ in range(self.num_envs)]
         self._threads = [None] * self.num_envs
         self._abandoned: list[threading.Thread] = []
+        #: The sub-envs of abandoned threads: if still hung at close, their cleanups run then.
+        self._abandoned_slots: list[tuple[threading.Thread, EnvSlot]] = []
         self._closing = False
         for env_index in range(self.num_envs):
             self._start_thread(env_index)
@@ -171,7 +180,8 @@ class ThreadBackend(Backend):
 
     def _new_slot(self, env_index: int) -> EnvSlot:
         assert self.latencies is not None
-        return EnvSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index))
+        return EnvSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index),
+                       self.cleanups)
 
     def _start_thread(self, env_index: int) -> None:
         if self._limiter is not None:
@@ -207,6 +217,7 @@ class ThreadBackend(Backend):
             if permit is not None:
                 permit.give_up()
             self._abandoned.append(thread)
+            self._abandoned_slots.append((thread, self._slots[env_index]))
             self._threads[env_index] = None
             self._slots[env_index] = self._new_slot(env_index)
             self._queues[env_index] = queue.SimpleQueue()
@@ -249,6 +260,14 @@ class ThreadBackend(Backend):
             finishing = [thread for thread, reply in zip(self._threads, pending.replies)
                          if reply is not NO_REPLY and thread is not None]
             await anyio.to_thread.run_sync(_join_all, finishing, 1.0)
+            # A sub-env still hung will close itself if its call ever returns; its cleanups
+            # run now (taken, so never twice).
+            hung = [slot for thread, slot in self._abandoned_slots if thread.is_alive()]
+            hung += [slot for thread, slot, reply in zip(self._threads, self._slots,
+                                                         pending.replies)
+                     if reply is NO_REPLY and thread is not None]
+            if any(slot.env is not None for slot in hung):
+                await anyio.to_thread.run_sync(_run_cleanups_of, hung)
         return pending
 
     def close_nowait(self) -> None:

@@ -20,6 +20,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from aiovec._core._async_env import CoroutineEnvError, is_async_env
+from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
 
 __all__ = [
     "CallRequest", "EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome",
@@ -80,11 +81,14 @@ class Failure:
 class EnvSlot:
     """Hosts sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset_mode", "env", "env_index", "needs_reset", "step_timer")
+    __slots__ = ("autoreset_mode", "cleanups", "env", "env_index", "needs_reset", "step_timer")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
-                 step_timer: Callable[[float], None] | None = None) -> None:
+                 step_timer: Callable[[float], None] | None = None,
+                 cleanups: CleanupTally | None = None) -> None:
         self.env_index = env_index
+        #: Where the sub-env's registered cleanups are counted (see ``_cleanups``).
+        self.cleanups = cleanups or CleanupTally()
         self.autoreset_mode = autoreset_mode
         self.env: gym.Env[Any, Any] | None = None
         # Next-step autoreset: the episode ended on the previous step, so this step resets.
@@ -104,7 +108,7 @@ class EnvSlot:
         old, self.env = self.env, None
         if old is not None:
             with contextlib.suppress(Exception):
-                old.close()
+                self._close_env(old)
         env = env_fn()
         if is_async_env(env):
             raise CoroutineEnvError(f"the env factory returned {type(env).__name__}, a coroutine "
@@ -172,7 +176,14 @@ class EnvSlot:
     def _close(self, _: None) -> None:
         env, self.env = self.env, None
         if env is not None:
+            self._close_env(env)
+
+    def _close_env(self, env: gym.Env[Any, Any]) -> None:
+        """``env.close()``, then the cleanups it registered, even if ``close`` raised."""
+        try:
             env.close()
+        finally:
+            run_cleanups(take_cleanups(env), self.env_index, self.cleanups)
 
 
 _HANDLERS: dict[Op, Callable[[EnvSlot, Any], Any]] = {

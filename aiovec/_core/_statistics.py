@@ -41,7 +41,9 @@ class Statistics:
     recreated by the restart policy or a reset;
     ``abandoned_threads`` is how many hung sub-env threads are still running (thread backend);
     ``descendants_reaped`` counts processes the sub-envs had started that aiovec ended when
-    their sub-env closed, restarted or died (process backend, Linux).
+    their sub-env closed, restarted or died (process backend, Linux); ``cleanups_run`` and
+    ``cleanups_failed`` count the sub-envs' registered cleanups (``aiovec.register_cleanup``)
+    that completed, and that raised or overran their bound.
     """
 
     steps: int
@@ -52,6 +54,8 @@ class Statistics:
     abandoned_threads: int
     step_latency: tuple[LatencySummary, ...]
     descendants_reaped: int = 0
+    cleanups_run: int = 0
+    cleanups_failed: int = 0
 
 
 class LatencyLog:

@@ -413,6 +413,8 @@ class AsyncVectorEnv:
             abandoned_threads=self._backend.abandoned_threads(),
             step_latency=self._final_latency or self._latency_summaries(),
             descendants_reaped=self._backend.descendants_reaped,
+            cleanups_run=self._backend.cleanups.run,
+            cleanups_failed=self._backend.cleanups.failed,
         )
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:

@@ -6,13 +6,15 @@ recorded; the healthy sub-envs' trajectories equal a fault-free run; nothing lea
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 import aiovec
-from aiovec.testing import FaultLedger
+from aiovec.testing import FaultLedger, ProcessTreeEnv, tagged_processes
 from tests.faults.envs import faulty, one_per_worker
 
 pytestmark = pytest.mark.anyio
@@ -105,3 +107,49 @@ async def test_chaos_run(anyio_backend: str, chaos: Chaos, tmp_path: object,
     healthy = [env for env in range(NUM_ENVS) if faults[env] == 0]
     assert healthy, faults
     assert np.array_equal(observations[:, healthy], clean[:, healthy])
+
+
+TREE_STEPS = 5_000
+#: Living processes each sub-env keeps: a plain child and a double-forked daemon.
+TREE_HELPERS = ("child", "double_fork")
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_chaos_run_with_helper_processes(anyio_backend: str, tmp_path: object,
+                                               no_leaks: None) -> None:
+    """Every sub-env keeps helper processes, as a simulator-backed env does; 5,000 steps of
+    random crashes, kills, hangs and raises. Between steps every live sub-env has exactly its
+    own helpers (the old ones gone before a restart made new ones); at the end, none is left;
+    every fault was restarted and nothing was lost."""
+    ledger = FaultLedger(f"{tmp_path}/ledger")
+    tag = f"chaos-{os.getpid()}"
+    probabilities = {"raise": 2e-4, "exit": 1.2e-4, "kill": 1.2e-4, "hang": 4e-5}
+    factories = [functools.partial(ProcessTreeEnv, index, tag=f"{tag}-{index}",
+                                   helpers=TREE_HELPERS, ledger=str(ledger.directory),
+                                   probabilities=probabilities, episode_length=EPISODE_LENGTH)
+                 for index in range(NUM_ENVS)]
+    policy = aiovec.RestartPolicy(max_restarts=None, backoff=0.01)
+    restarted = np.zeros(NUM_ENVS, int)
+    done = np.zeros(NUM_ENVS, bool)
+    async with aiovec.AsyncVectorEnv(factories, backend="process", restart=policy,
+                                     timeout=DEADLINE, num_workers=NUM_ENVS) as envs:
+        await envs.reset(seed=list(range(NUM_ENVS)))
+        for step in range(TREE_STEPS):
+            obs, _, terminations, truncations, infos = await envs.step(actions_at(step))
+            restart = infos.get("_restart", np.zeros(NUM_ENVS, bool))
+            restarted += restart
+            ordinary = ~restart & ~done  # neither restarted nor the first step of an episode
+            assert np.array_equal(obs[ordinary, 1], actions_at(step)[ordinary])
+            done = terminations | truncations
+            if step % 500 == 0:
+                counts = [len(tagged_processes(f"{tag}-{index}")) for index in range(NUM_ENVS)]
+                assert counts == [len(TREE_HELPERS)] * NUM_ENVS, (step, counts)
+        statistics = envs.statistics()
+    faults = [ledger.count(env, "fault") for env in range(NUM_ENVS)]
+    assert sum(faults) >= 10, faults
+    assert restarted.tolist() == faults and statistics.restarts == sum(faults)
+    # Each instance's helpers were ended once: at its restart, or at close.
+    instances = sum(ledger.count(env, "new") for env in range(NUM_ENVS))
+    assert statistics.descendants_reaped == instances * len(TREE_HELPERS)
+    assert [tagged_processes(f"{tag}-{index}") for index in range(NUM_ENVS)] == [[]] * NUM_ENVS

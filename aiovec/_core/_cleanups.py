@@ -1,0 +1,149 @@
+"""Cleanups for what a sub-env holds that is not a process: a container, a remote sandbox
+session, a temporary directory, a licence checked out of a server.
+
+A sub-env registers a cleanup with ``register_cleanup(self, function)``. It runs exactly once:
+where the sub-env lives, right after its ``close()`` (when the vector env closes it, or a
+restart replaces it); or, if its worker process dies without closing it, in the fork server
+that supervised the worker, once whatever the sub-env started is gone. Each run is bounded
+(``timeout``); a cleanup that raises or overruns is logged and counted
+(``statistics().cleanups_failed``), and never holds up a close past its bound.
+
+In a supervised worker, a registration is forwarded to the fork server at once (the function
+pickled with cloudpickle), and a cleanup about to run in the worker is first claimed there, so
+that the server never runs it a second time (``set_forwarder``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CLEANUP_TIMEOUT", "Cleanup", "CleanupTally", "register_cleanup", "run_bounded",
+           "run_cleanups", "set_forwarder", "take_cleanups"]
+
+#: Seconds a cleanup may run before it is reported as failed and abandoned.
+CLEANUP_TIMEOUT = 10.0
+
+logger = logging.getLogger("aiovec")
+
+#: ``forward(kind, cleanup)``: ``kind`` is ``"add"`` (registered) or ``"claim"`` (about to run
+#: here); set in a worker process whose fork server runs its cleanups if it dies.
+Forwarder = Callable[[str, "Cleanup"], None]
+
+
+@dataclass(frozen=True, eq=False)
+class Cleanup:
+    """One registered cleanup: a function of no arguments, with its time bound."""
+
+    id: int
+    function: Callable[[], object]
+    timeout: float
+    description: str
+
+
+class CleanupTally:
+    """How many cleanups ran to completion, and how many raised or overran."""
+
+    __slots__ = ("failed", "run")
+
+    def __init__(self) -> None:
+        self.run = 0
+        self.failed = 0
+
+    def add(self, run: int, failed: int) -> None:
+        self.run += run
+        self.failed += failed
+
+
+_ids = itertools.count(1)
+_lock = threading.Lock()
+_registered: weakref.WeakKeyDictionary[Any, list[Cleanup]] = weakref.WeakKeyDictionary()
+_forwarder: Forwarder | None = None
+
+
+def set_forwarder(forwarder: Forwarder | None) -> None:
+    """Forward registrations and claims (a supervised worker process calls this once)."""
+    global _forwarder
+    _forwarder = forwarder
+
+
+def register_cleanup(env: Any, cleanup: Callable[[], object], *,
+                     timeout: float = CLEANUP_TIMEOUT) -> None:
+    """Run ``cleanup()`` exactly once when the sub-env ``env`` is done with: after its
+    ``close()``, or in the supervising process if its worker dies without closing it.
+
+    Call it from the env (``aiovec.register_cleanup(self, ...)``) for what dies with no
+    process: a container, a remote session, a temporary directory, a licence. ``cleanup`` takes
+    no arguments (use ``functools.partial``) and must pickle (cloudpickle) on the process
+    backend. It runs within ``timeout`` seconds or is reported as failed (logged, and counted
+    in ``statistics().cleanups_failed``). Outside a vector env nothing runs it.
+    """
+    if not callable(cleanup):
+        raise TypeError(f"cleanup must be callable, got {type(cleanup).__name__}")
+    if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    entry = Cleanup(next(_ids), cleanup, float(timeout), _describe(cleanup))
+    if _forwarder is not None:  # first: a cleanup that cannot be pickled is refused here
+        _forwarder("add", entry)
+    with _lock:
+        _registered.setdefault(env, []).append(entry)
+
+
+def _describe(function: Callable[..., object]) -> str:
+    text = repr(function)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def take_cleanups(env: Any) -> list[Cleanup]:
+    """Remove and return the cleanups registered on ``env`` or any env it wraps."""
+    layers = []
+    while env is not None and env not in layers:
+        layers.append(env)
+        env = getattr(env, "env", None)  # a gymnasium.Wrapper's inner env
+    taken: list[Cleanup] = []
+    with _lock:
+        for layer in layers:
+            try:
+                taken += _registered.pop(layer, [])
+            except TypeError:  # not weakly referenceable: nothing was registered on it
+                continue
+    return sorted(taken, key=lambda cleanup: cleanup.id)
+
+
+def run_cleanups(cleanups: list[Cleanup], env_index: int, tally: CleanupTally) -> None:
+    """Run each cleanup once (claimed first where a fork server also holds it), bounded."""
+    for cleanup in cleanups:
+        if _forwarder is not None:
+            _forwarder("claim", cleanup)
+        ok = run_bounded(cleanup.function, cleanup.timeout,
+                         f"cleanup {cleanup.description} of sub-env {env_index}")
+        tally.add(int(ok), int(not ok))
+
+
+def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bool:
+    """Run ``function()`` in a thread for at most ``timeout`` seconds; False (and a log
+    record) if it raised or is still running, in which case it is abandoned."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            function()
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="aiovec-cleanup", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        logger.warning("aiovec: %s did not finish within %s s: abandoned", what, timeout)
+        return False
+    if failure:
+        logger.warning("aiovec: %s raised", what, exc_info=failure[0])
+        return False
+    return True

@@ -1,0 +1,237 @@
+"""Registered cleanups (``aiovec.register_cleanup``) run exactly once: after the sub-env's
+``close()`` (vector close, restart), or in the fork server when its worker dies without
+closing it; bounded, and a failure is counted and logged, never blocking close.
+
+The resource is real: each sub-env creates a directory, and its cleanup removes it and appends
+one line to a record file (one ``O_APPEND`` write), so a second run would show.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec.testing import Fault, FaultyEnv, release_hangs
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
+IN_PROCESS = ["inline", "thread"]
+
+
+def remove_directory(directory: str, record: str) -> None:
+    """The cleanup: remove the sub-env's directory, and say so once in ``record``."""
+    shutil.rmtree(directory)
+    fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{os.path.basename(directory)}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def fail(message: str) -> None:
+    raise RuntimeError(message)
+
+
+class DirectoryEnv(FaultyEnv):
+    """Makes a directory ``<root>/<env_id>-<pid>-<n>`` and registers its removal (or
+    ``cleanup``; ``"unpicklable"``: a bound method of a lock)."""
+
+    made = 0
+
+    def __init__(self, env_id: int = 0, *, root: str, cleanup: Any = None,
+                 cleanup_timeout: float = 10.0, **faulty: Any) -> None:
+        super().__init__(env_id, **faulty)
+        DirectoryEnv.made += 1
+        self.directory = f"{root}/{env_id}-{os.getpid()}-{DirectoryEnv.made}"
+        os.mkdir(self.directory)
+        if cleanup == "unpicklable":
+            cleanup = threading.Lock().acquire
+        aiovec.register_cleanup(
+            self, cleanup or functools.partial(remove_directory, self.directory,
+                                               f"{root}/record"),
+            timeout=cleanup_timeout)
+
+
+def directory_envs(root: Path, num_envs: int, **options: Any) -> list[Any]:
+    return [functools.partial(DirectoryEnv, index, root=str(root), **options)
+            for index in range(num_envs)]
+
+
+def record(root: Path) -> list[str]:
+    path = root / "record"
+    return sorted(path.read_text().split()) if path.exists() else []
+
+
+def directories(root: Path) -> list[str]:
+    return sorted(entry.name for entry in root.iterdir() if entry.is_dir())
+
+
+def wait_for_records(root: Path, count: int, timeout: float = 15.0) -> list[str]:
+    """The record once it has ``count`` lines (cleanups run in another process): polled, as
+    nothing else signals a write to a file."""
+    deadline = time.monotonic() + timeout
+    while len(record(root)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return record(root)
+
+
+@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+async def test_cleanups_run_once_at_close(backend: str, tmp_path: Path,
+                                          no_leaks: None) -> None:
+    envs = aiovec.AsyncVectorEnv(directory_envs(tmp_path, 3), backend=backend)
+    async with envs:
+        await envs.reset(seed=0)
+        await envs.step(np.ones(3))
+        made = directories(tmp_path)
+        assert len(made) == 3 and record(tmp_path) == []
+    assert directories(tmp_path) == [] and record(tmp_path) == made
+    assert envs.statistics().cleanups_run == 3 and envs.statistics().cleanups_failed == 0
+    await envs.aclose()  # a second close runs nothing again
+    assert record(tmp_path) == made
+
+
+@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+async def test_a_restart_runs_the_old_instances_cleanup_once(backend: str, tmp_path: Path,
+                                                             no_leaks: None) -> None:
+    factories = directory_envs(tmp_path, 2)
+    factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path),
+                                     faults=[Fault("raise", "step", at=1)])
+    async with aiovec.AsyncVectorEnv(factories, backend=backend, restart=True) as envs:
+        await envs.reset(seed=0)
+        old = directories(tmp_path)
+        await envs.step(np.ones(2))
+        _, _, _, truncated, _ = await envs.step(np.ones(2))
+        assert truncated.tolist() == [True, False]
+        (removed,) = set(old) - set(directories(tmp_path))
+        assert removed.startswith("0-") and record(tmp_path) == [removed]
+        assert envs.statistics().cleanups_run == 1
+    assert directories(tmp_path) == [] and len(record(tmp_path)) == 3
+    assert len(set(record(tmp_path))) == 3  # never twice
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+async def test_the_fork_server_runs_a_dead_workers_cleanups_once(
+        start_method: str, tmp_path: Path, no_leaks: None) -> None:
+    """SIGKILL gives the worker no chance: its fork server runs the cleanup, with nobody
+    calling; the restart's new instance has its own, run at close."""
+    async with aiovec.AsyncVectorEnv(directory_envs(tmp_path, 2), backend="process",
+                                     num_workers=2, start_method=start_method,
+                                     restart=True) as envs:
+        await envs.reset(seed=0)
+        (first, second) = directories(tmp_path)
+        worker = int(second.split("-")[1])
+        os.kill(worker, signal.SIGKILL)
+        assert wait_for_records(tmp_path, 1) == [second]
+        assert directories(tmp_path) == [first]
+        _, _, _, truncated, _ = await envs.step(np.ones(2))  # sub-env 1 is restarted
+        assert truncated.tolist() == [False, True]
+        assert envs.statistics().cleanups_run == 1
+    assert directories(tmp_path) == [] and len(set(record(tmp_path))) == 3
+    assert envs.statistics().cleanups_run == 3
+
+
+@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+async def test_a_failing_or_hanging_cleanup_is_counted_and_never_blocks_close(
+        backend: str, tmp_path: Path, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture, no_leaks: None) -> None:
+    factories = [
+        functools.partial(DirectoryEnv, 0, root=str(tmp_path),
+                          cleanup=functools.partial(fail, "the licence server is down")),
+        functools.partial(DirectoryEnv, 1, root=str(tmp_path), cleanup_timeout=0.5,
+                          cleanup=functools.partial(time.sleep, 3)),
+        functools.partial(DirectoryEnv, 2, root=str(tmp_path)),
+    ]
+    envs = aiovec.AsyncVectorEnv(factories, backend=backend)
+    async with envs:
+        await envs.reset(seed=0)
+        started = time.monotonic()
+    assert time.monotonic() - started < 2.5  # the hanging one was given up after 0.5 s
+    statistics = envs.statistics()
+    assert (statistics.cleanups_run, statistics.cleanups_failed) == (1, 2)
+    errors = capfd.readouterr().err + caplog.text  # a worker's log, or this process's
+    assert "the licence server is down" in errors and "did not finish within 0.5 s" in errors
+
+
+async def test_a_cleanup_that_cannot_be_pickled_fails_the_make(tmp_path: Path,
+                                                               no_leaks: None) -> None:
+    """On the process backend the fork server needs it: refused when registered."""
+    envs = aiovec.AsyncVectorEnv(
+        [functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup="unpicklable")],
+        backend="process")
+    with pytest.raises(aiovec.SubEnvErrorGroup, match="cleanup must pickle"):
+        await envs.start()
+    await envs.aclose()
+
+
+def test_register_cleanup_checks_its_arguments() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        aiovec.register_cleanup(object(), "rm -rf /tmp/x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        aiovec.register_cleanup(object(), print, timeout=0)
+
+
+_TRAINER = """
+import functools, sys
+import numpy as np
+import aiovec
+from tests.core.test_cleanups import DirectoryEnv
+
+root, start_method = sys.argv[1:3]
+envs = aiovec.VectorEnv([functools.partial(DirectoryEnv, index, root=root) for index in range(2)],
+                        context=start_method, backend="process", num_workers=2)
+envs.reset(seed=0)
+print("ready", flush=True)
+while True:
+    envs.step(np.ones(2))
+"""
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_sigkilled_trainers_cleanups_run_in_the_fork_server(start_method: str,
+                                                             tmp_path: Path) -> None:
+    with subprocess.Popen([sys.executable, "-c", _TRAINER, str(tmp_path), start_method],
+                          cwd=REPO, stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}) as trainer:
+        assert trainer.stdout is not None
+        assert trainer.stdout.readline() == "ready\n"
+        made = directories(tmp_path)
+        assert len(made) == 2
+        trainer.kill()
+        assert trainer.wait(15) == -signal.SIGKILL
+    assert wait_for_records(tmp_path, 2) == made
+    assert directories(tmp_path) == []
+
+
+async def test_an_abandoned_thread_envs_cleanup_runs_at_close(tmp_path: Path,
+                                                             no_leaks: None) -> None:
+    """A thread cannot be killed: a sub-env hung past its deadline is abandoned; if it is
+    still hung when the vector env closes, its cleanup runs then (and not again if its call
+    ever returns and it closes itself)."""
+    factories = [functools.partial(DirectoryEnv, 0, root=str(tmp_path),
+                                   faults=[Fault("hang", "step", at=1)])]
+    async with aiovec.AsyncVectorEnv(factories, backend="thread", restart=True) as envs:
+        await envs.reset(seed=0)
+        (hung,) = directories(tmp_path)
+        await envs.step(np.ones(1))
+        await envs.step(np.ones(1), timeout=0.5)  # abandoned, and a fresh one made
+        assert envs.statistics().abandoned_threads == 1
+        assert record(tmp_path) == []
+    assert hung in record(tmp_path) and directories(tmp_path) == []
+    release_hangs()  # its call returns now, and it closes itself: no second run
+    for thread in threading.enumerate():
+        if thread.name.startswith("aiovec-"):
+            thread.join(10)
+    assert len(record(tmp_path)) == 2
