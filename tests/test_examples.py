@@ -147,3 +147,14 @@ def test_dropin_example_reproduces_gymnasium_exactly() -> None:
     assert "identical trajectories: True" in out, out
     digests = re.findall(r"observations digest (\w+)", out)
     assert len(digests) == 2 and digests[0] == digests[1], out
+
+
+def test_simulator_example_simulators_come_and_go_with_their_sub_envs() -> None:
+    out = run_example(str(EXAMPLES / "simulator.py"), "--num-envs", "3", "--steps", "90")
+    alive = re.findall(r"simulators alive per sub-env \[([\d, ]+)\]", out)
+    assert alive and all(counts == "1, 1, 1" for counts in alive), out  # start, 2 restarts
+    assert len(alive) == 3, out
+    assert "2 restarts, 1 timeouts" in out, out
+    # One simulator and one scratch directory per instance: 3 first, 2 restarted.
+    assert "processes ended with their sub-envs: 5; cleanups run: 5, failed: 0" in out, out
+    assert "after close: simulators alive 0" in out, out
