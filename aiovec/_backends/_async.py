@@ -20,11 +20,13 @@ from typing import Any, ClassVar, Protocol
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import sniffio
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import Arrivals, Backend, Pending, Remade
 from aiovec._core._async_env import is_async_env
+from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
 from aiovec._core._slot import CallRequest, EnvDescription, Failure, Op
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
@@ -42,12 +44,13 @@ class _Cancellable(Protocol):
 class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset_mode", "busy", "discarded", "env", "env_index", "jobs",
+    __slots__ = ("autoreset_mode", "busy", "cleanups", "discarded", "env", "env_index", "jobs",
                  "needs_reset", "running", "step_timer", "task")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
-                 step_timer: Callable[[float], None]) -> None:
+                 step_timer: Callable[[float], None], cleanups: CleanupTally) -> None:
         self.env_index = env_index
+        self.cleanups = cleanups
         self.autoreset_mode = autoreset_mode
         self.env: Any = None
         self.needs_reset = False
@@ -131,9 +134,16 @@ class _AsyncSlot:
     async def _close(self, _: None) -> None:
         env, self.env = self.env, None
         if env is not None:
-            result = env.close()
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = env.close()
+                if inspect.isawaitable(result):
+                    await result
+            finally:
+                cleanups = take_cleanups(env)
+                if cleanups:  # bounded, blocking: off the loop, and even if cancelled
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(run_cleanups, cleanups, self.env_index,
+                                                       self.cleanups)
 
 
 _HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {
@@ -241,7 +251,8 @@ class AsyncBackend(Backend):
 
     def _new_slot(self, env_index: int) -> _AsyncSlot:
         assert self.latencies is not None
-        return _AsyncSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index))
+        return _AsyncSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index),
+                          self.cleanups)
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:

@@ -60,8 +60,7 @@ _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
 # worker left behind (SIGTERM, a grace, SIGKILL).
 _REAP_TIMEOUT = GRACE + 2.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
-# Seconds a closing worker gets to answer CLOSE beyond its sub-envs' own closing, and a
-# closing fork server to exit: both end what is left below them first.
+# Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
 _INBOX_SIZE = 1 << 16
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
@@ -316,7 +315,7 @@ class ProcessBackend(Backend):
         try:
             with child_end:
                 if self._supervised:
-                    child = self._fork(child_end)
+                    child = self._start_supervised(child_end)
                 else:
                     child = start_child(self.start_method, child_end, self._lifeline[0])
         except BaseException:
@@ -339,7 +338,7 @@ class ProcessBackend(Backend):
         """True when the workers are started (and supervised) by a fork server."""
         return self.start_method != "fork" and fork_server_available()
 
-    def _fork(self, child_end: socket.socket) -> Child:
+    def _start_supervised(self, child_end: socket.socket) -> Child:
         """A worker started by the fork server, itself started now if there is none (or it
         died)."""
         assert self._lifeline is not None

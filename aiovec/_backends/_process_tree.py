@@ -22,10 +22,11 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 
-__all__ = ["GRACE", "OWNER_VARIABLE", "SUPPORTED", "become_subreaper", "end_tree",
-           "living_descendants", "owner_of"]
+__all__ = ["GRACE", "OWNER_VARIABLE", "SUPPORTED", "StartedProcesses", "become_subreaper",
+           "end_tree", "environment_value", "living_descendants", "marked", "owned_by",
+           "owner_of", "start_time"]
 
 #: Seconds a process gets to exit after SIGTERM before SIGKILL.
 GRACE = float(os.environ.get("AIOVEC_TERMINATE_GRACE", "1.0"))
@@ -107,9 +108,9 @@ def living_descendants(pid: int | None = None) -> list[int]:
     return living
 
 
-def owner_of(pid: int) -> int | None:
-    """The worker whose sub-envs started ``pid`` (see ``OWNER_VARIABLE``), if it says."""
-    prefix = f"{OWNER_VARIABLE}=".encode()
+def environment_value(pid: int, name: str) -> str | None:
+    """The value of variable ``name`` in the environment ``pid`` started with, if set."""
+    prefix = f"{name}=".encode()
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
             variables = environ.read().split(b"\0")
@@ -117,9 +118,41 @@ def owner_of(pid: int) -> int | None:
         return None
     for variable in variables:
         if variable.startswith(prefix):
-            with contextlib.suppress(ValueError):
-                return int(variable[len(prefix):])
+            return variable[len(prefix):].decode(errors="replace")
     return None
+
+
+def marked(name: str, value: str) -> list[int]:
+    """Every living process on this machine whose environment sets ``name`` to ``value``,
+    wherever it was reparented (processes of other users only if we are root)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and environment_value(int(entry), name) == value:
+            state = _state(int(entry))
+            if state is not None and state[0] not in "ZX":
+                found.append(int(entry))
+    return sorted(found)
+
+
+def owner_of(pid: int) -> int | None:
+    """The worker whose sub-envs started ``pid`` (see ``OWNER_VARIABLE``), if it says."""
+    value = environment_value(pid, OWNER_VARIABLE)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def owned_by(owner: int) -> list[int]:
+    """Every living process started in worker (or actor) ``owner``, wherever it is now."""
+    return marked(OWNER_VARIABLE, str(owner))
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot): tells a process from a later one that
+    reused its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _open(pid: int) -> int | None:
@@ -201,3 +234,49 @@ def end_tree(roots: Iterable[int] | None = None, *, grace: float = GRACE,
                              if pid not in baseline and pid not in spare)
     _reap(_tree(targets_roots)[1], spare)
     return len(ended)
+
+
+class StartedProcesses:
+    """The processes each sub-env hosted here was seen to start while it was being made, so a
+    restart of one sub-env among several ends its processes only (processes it starts later
+    can be told apart only by ending everything, which waits for its host's own end).
+
+    ``spare`` are this process's own helpers, never counted or ended.
+    """
+
+    def __init__(self, spare: Collection[int] = ()) -> None:
+        self.spare = set(spare)
+        #: Processes ended since ``take_ended`` last read it.
+        self.ended = 0
+        self._by_env: dict[int, set[int]] = {}
+
+    def _living(self) -> set[int]:
+        return set(living_descendants()) - self.spare
+
+    @contextlib.contextmanager
+    def making(self, env_index: int) -> Iterator[None]:
+        """Note what sub-env ``env_index`` starts while this block makes it."""
+        before = self._living()
+        try:
+            yield
+        finally:
+            self._by_env[env_index] = self._living() - before
+
+    def end(self, env_indices: Collection[int], hosted: int) -> None:
+        """End what the given sub-envs started (call after closing them): everything below
+        this process when they are all of the ``hosted`` sub-envs."""
+        if len(env_indices) >= hosted:
+            self.end_all()
+            return
+        living = self._living()
+        self.ended += end_tree([pid for env_index in env_indices
+                                for pid in self._by_env.pop(env_index, set()) & living])
+
+    def end_all(self) -> None:
+        """End everything below this process (its sub-envs are closed, or it is exiting)."""
+        self._by_env.clear()
+        self.ended += end_tree(spare=self.spare)
+
+    def take_ended(self) -> int:
+        ended, self.ended = self.ended, 0
+        return ended

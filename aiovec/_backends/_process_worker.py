@@ -26,9 +26,9 @@ from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
 from aiovec._backends._process_tree import (
     OWNER_VARIABLE,
+    StartedProcesses,
     become_subreaper,
     end_tree,
-    living_descendants,
 )
 from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._shared_memory import (
@@ -90,15 +90,13 @@ class _Worker:
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
                  autoreset_mode: AutoresetMode) -> None:
         self.first_env = first_env
-        #: The sub-envs' cleanups run and failed here (reported with ``reaped``).
+        #: The sub-envs' cleanups run and failed here (reported in MAKE and CLOSE replies).
         self.cleanups = CleanupTally()
         self.slots = [EnvSlot(first_env + offset, autoreset_mode, cleanups=self.cleanups)
                       for offset in range(len(env_fns))]
         self.env_fns = env_fns
-        #: The processes each sub-env was seen to start while it was being made.
-        self.started: list[set[int]] = [set() for _ in env_fns]
-        #: Processes started by the sub-envs and ended by this worker, since last reported.
-        self.reaped = 0
+        #: What the sub-envs started: ended on close and restarts, counted until reported.
+        self.started = StartedProcesses()
         self.block: mmap.mmap | None = None
         self.views: BlockViews | None = None
         self.read_action: Callable[[int], Any] = _actions_come_in_frames
@@ -110,10 +108,8 @@ class _Worker:
 
     def _make(self, offset: int) -> Any:
         """Make one hosted sub-env, noting the processes it started (see ``remake``)."""
-        before = set(living_descendants())
-        reply = self.slots[offset].run(Op.MAKE, self.env_fns[offset])
-        self.started[offset] = set(living_descendants()) - before
-        return reply
+        with self.started.making(offset):
+            return self.slots[offset].run(Op.MAKE, self.env_fns[offset])
 
     def attach(self, fd: int, layout: BlockLayout) -> None:
         try:
@@ -130,19 +126,12 @@ class _Worker:
     def remake(self, env_indices: list[int]) -> list[Any]:
         """Make the given hosted sub-envs afresh (a restart requested by the parent).
 
-        Each old sub-env is closed, then what it started is ended: everything below this
-        worker when it hosts nothing else, else the processes it was seen to start while being
-        made (and their trees); anything else it started ends with this worker.
+        Each old sub-env is closed, then what it started is ended (``StartedProcesses.end``).
         """
         offsets = [env_index - self.first_env for env_index in env_indices]
         for offset in offsets:
             self.slots[offset].run(Op.CLOSE, None)  # a broken env's close may fail: go on
-        if len(offsets) == len(self.slots):
-            self.reaped += end_tree()
-        else:
-            living = set(living_descendants())
-            self.reaped += end_tree([pid for offset in offsets
-                                     for pid in self.started[offset] & living])
+        self.started.end(offsets, len(self.slots))
         replies = []
         for offset in offsets:
             reply = self._make(offset)
@@ -200,7 +189,7 @@ class _Worker:
 
     def close(self) -> list[Any]:
         replies = self.run_each(Op.CLOSE, [None] * len(self.slots))
-        self.reaped += end_tree()  # whatever the sub-envs' close left running
+        self.started.end_all()  # whatever the sub-envs' close left running
         if self.block is not None:
             # Drop every view first: the mapping cannot close while arrays point into it.
             if self.views is not None:
@@ -231,8 +220,8 @@ def _ending_reply(worker: _Worker, sequence: int, phase: str, replies: list[Any]
                   env_indices: list[int]) -> bytes:
     """The REPLY to a request that may end sub-envs (MAKE, CLOSE): the replies, then how many
     processes the sub-envs had started were ended, and cleanups run and failed, meanwhile."""
-    tally = (worker.reaped, worker.cleanups.run, worker.cleanups.failed)
-    worker.reaped = worker.cleanups.run = worker.cleanups.failed = 0
+    tally = (worker.started.take_ended(), worker.cleanups.run, worker.cleanups.failed)
+    worker.cleanups.run = worker.cleanups.failed = 0
     try:
         return encode(Kind.REPLY, sequence, dumps((replies, tally)))
     except Exception:

@@ -35,7 +35,7 @@ from ray.exceptions import RayActorError
 from aiovec._backends import ActorOptions
 from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
-from aiovec._backends._ray_actor import EnvHost, StackedSteps, unstack
+from aiovec._backends._ray_actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
@@ -91,13 +91,17 @@ class _RayPending(Pending):
         wake = self._backend.wake
         reference.future().add_done_callback(functools.partial(_completed, wake, self, actor))
 
-    def settle(self, actor: _Actor, future: Future[list[Any] | StackedSteps]) -> None:
+    def settle(self, actor: _Actor, future: Future[list[Any] | StackedSteps | Tallied]) -> None:
         """The actor's call ended (runs in the loop's thread)."""
         positions = self._owing.get(actor)
         if positions is None:  # failed already: its actor was discarded or died
             return
         try:
             answer = future.result()
+            if type(answer) is Tallied:
+                answer, (ended, run, failed) = answer
+                self._backend.descendants_reaped += ended
+                self._backend.cleanups.add(run, failed)
             replies = unstack(answer) if type(answer) is StackedSteps else answer
         except RayActorError as error:
             self._backend.actor_died(actor, error)  # fails this request and all it owed
@@ -148,7 +152,7 @@ class _RayPending(Pending):
 
 
 def _completed(wake: ThreadsafeCaller, pending: _RayPending, actor: _Actor,
-               future: Future[list[Any] | StackedSteps]) -> None:
+               future: Future[list[Any] | StackedSteps | Tallied]) -> None:
     """A ref's completion callback (Ray's thread): settle it in the event loop's thread."""
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
         wake(functools.partial(pending.settle, actor, future))

@@ -3,10 +3,14 @@
 One actor call serves every sub-env of the actor that a request addresses, so a vector step
 costs one round trip per actor, not per sub-env (a Ray round trip is ~1 ms). The sub-envs live
 in ``EnvSlot`` objects as on every other backend, so autoreset and failure capture are the same.
+
+What the sub-envs start dies with them, as in a process worker: the actor is a child subreaper
+and ends its tree on close and restarts; a keeper (``_keeper``) ends it if the actor dies.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,10 +19,13 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._keeper import start_keeper
 from aiovec._backends._portable import picklable, portable
+from aiovec._backends._process_tree import OWNER_VARIABLE, StartedProcesses, become_subreaper
+from aiovec._core._cleanups import CleanupTally
 from aiovec._core._slot import EnvSlot, Failure, Op
 
-__all__ = ["EnvHost", "StackedSteps", "unstack"]
+__all__ = ["EnvHost", "StackedSteps", "Tallied", "unstack"]
 
 #: True in a Ray actor's process (``aiovec.testing.FaultyEnv`` only ends processes where it is).
 IN_ACTOR = False
@@ -35,26 +42,46 @@ class EnvHost:
     def __init__(self, autoreset_mode: str, env_fns: bytes) -> None:
         global IN_ACTOR
         IN_ACTOR = True
+        become_subreaper()
+        os.environ[OWNER_VARIABLE] = str(os.getpid())
+        keeper = start_keeper()
+        self._started = StartedProcesses(spare=() if keeper is None else (keeper,))
+        self._cleanups = CleanupTally()
         self._autoreset_mode = AutoresetMode(autoreset_mode)
         self._env_fns_blob = env_fns
         self._env_fns: dict[int, Callable[[], Any]] | None = None
         self._slots: dict[int, EnvSlot] = {}
 
-    def make(self, env_indices: Sequence[int]) -> list[Any]:
-        """Make (or remake) the sub-envs; the replies are ``EnvDescription`` or ``Failure``."""
+    def make(self, env_indices: Sequence[int]) -> Tallied:
+        """Make (or remake) the sub-envs; the replies are ``EnvDescription`` or ``Failure``.
+
+        A remade sub-env is closed first, then what it started is ended."""
         try:
             if self._env_fns is None:
                 self._env_fns = cloudpickle.loads(self._env_fns_blob)
             env_fns = self._env_fns
         except Exception as error:
-            return [portable(Failure.capture(index, "make", error)) for index in env_indices]
+            return self._tallied([portable(Failure.capture(index, "make", error))
+                                  for index in env_indices])
+        remade = [env_index for env_index in env_indices if env_index in self._slots]
+        for env_index in remade:
+            self._slots[env_index].run(Op.CLOSE, None)  # a broken env's close may fail: go on
+        if remade:
+            self._started.end(remade, len(env_fns))
         replies = []
         for env_index in env_indices:
             slot = self._slots.get(env_index)
             if slot is None:
-                slot = self._slots[env_index] = EnvSlot(env_index, self._autoreset_mode)
-            replies.append(slot.run(Op.MAKE, env_fns[env_index]))
-        return _portable("make", env_indices, replies)
+                slot = self._slots[env_index] = EnvSlot(env_index, self._autoreset_mode,
+                                                        cleanups=self._cleanups)
+            with self._started.making(env_index):
+                replies.append(slot.run(Op.MAKE, env_fns[env_index]))
+        return self._tallied(_portable("make", env_indices, replies))
+
+    def _tallied(self, replies: list[Any]) -> Tallied:
+        tally = (self._started.take_ended(), self._cleanups.run, self._cleanups.failed)
+        self._cleanups.run = self._cleanups.failed = 0
+        return Tallied((replies, tally))
 
     def step(self, env_indices: Sequence[int], actions: Any) -> list[Any] | StackedSteps:
         """Step the sub-envs, ``actions[k]`` going to ``env_indices[k]`` (the hot path).
@@ -67,8 +94,10 @@ class EnvHost:
                    for position, env_index in enumerate(env_indices)]
         return _stacked(replies) or _portable("step", env_indices, replies)
 
-    def serve(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any]) -> list[Any]:
-        """Any other request (reset, call, set_attr, close), one payload per sub-env."""
+    def serve(self, op: Op, env_indices: Sequence[int],
+              payloads: Sequence[Any]) -> list[Any] | Tallied:
+        """Any other request (reset, call, set_attr, close), one payload per sub-env; closing
+        ends whatever the sub-envs left running."""
         replies: list[Any] = []
         for env_index, payload in zip(env_indices, payloads):
             slot = self._slots.get(env_index)
@@ -79,7 +108,17 @@ class EnvHost:
             else:
                 replies.append(Failure(env_index, op.value, None,
                                        f"sub-env {env_index} was never made in this actor", ""))
+        if op is Op.CLOSE:
+            self._started.end_all()
+            return self._tallied(_portable(op.value, env_indices, replies))
         return _portable(op.value, env_indices, replies)
+
+
+class Tallied(tuple[Any, ...]):
+    """Replies to a request that may end sub-envs (make, close), then what ending them did:
+    ``(replies, (processes ended, cleanups run, cleanups failed))``."""
+
+    __slots__ = ()
 
 
 class StackedSteps(tuple[Any, ...]):

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from aiovec._backends._process_tree import marked
 from aiovec.testing._faults import FaultyEnv
 
 __all__ = ["HELPER_KINDS", "TAG_VARIABLE", "ProcessTreeEnv", "tagged_processes"]
@@ -79,18 +80,4 @@ def tagged_processes(tag: str) -> list[int]:
     (Linux: reads ``/proc``; processes of other users are not visible unless root)."""
     if not sys.platform.startswith("linux"):
         raise NotImplementedError("tagged_processes reads /proc: Linux only")
-    needle = f"{TAG_VARIABLE}={tag}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                if stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as environ:
-                if needle in environ.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, IndexError):
-            continue
-    return sorted(found)
+    return marked(TAG_VARIABLE, tag)

@@ -32,7 +32,7 @@ import numpy as np
 from registry import REGISTRY
 from sessions import Session, SessionError, SessionManager, cancel_on
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -71,6 +71,8 @@ def failure(error: BaseException) -> SessionError:
         return SessionError(409, "busy", str(error))
     if isinstance(error, aiovec.ClosedError):
         return SessionError(404, "unknown_session", "the session was closed")
+    if isinstance(error, ClientDisconnect):  # nobody will read it: not an error of ours
+        return SessionError(400, "client_disconnected", "the client went away mid-request")
     if isinstance(error, (ValueError, TypeError)):  # aiovec's checks of the client's values
         return SessionError(422, "invalid", str(error))
     raise error  # a bug of ours: let the server log it

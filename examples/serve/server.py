@@ -39,11 +39,16 @@ def main() -> None:
     parser.add_argument("--idle-timeout", type=float, default=300.0,
                         help="seconds before an unused session is closed")
     parser.add_argument("--graceful-seconds", type=float, default=5.0)
+    # Longer than clients keep idle connections (httpx: 5 s), so a client never sends a request
+    # down a connection the server is closing at that moment (uvicorn's default is also 5 s).
+    parser.add_argument("--keep-alive", type=int, default=30,
+                        help="seconds an idle keep-alive connection stays open")
     args = parser.parse_args()
     app = create_app(max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
                      reap_period=min(1.0, args.idle_timeout / 2))
     config = uvicorn.Config(app, loop="uvloop", lifespan="on", log_level="warning",
-                            timeout_graceful_shutdown=args.graceful_seconds)
+                            timeout_graceful_shutdown=args.graceful_seconds,
+                            timeout_keep_alive=args.keep_alive)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((args.host, args.port))

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 
 import aiovec
-from aiovec.testing import Fault, FaultyEnv, release_hangs
+from aiovec.testing import AsyncAdapter, Fault, FaultyEnv, release_hangs
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
-IN_PROCESS = ["inline", "thread"]
+IN_PROCESS = ["inline", "thread", "async"]
 
 
 def remove_directory(directory: str, record: str) -> None:
@@ -65,6 +65,13 @@ class DirectoryEnv(FaultyEnv):
             timeout=cleanup_timeout)
 
 
+def for_backend(backend: str, factories: list[Any]) -> list[Any]:
+    """Coroutine envs for the async backend (``AsyncAdapter``), the factories elsewhere."""
+    if backend != "async":
+        return factories
+    return [functools.partial(AsyncAdapter, factory) for factory in factories]
+
+
 def directory_envs(root: Path, num_envs: int, **options: Any) -> list[Any]:
     return [functools.partial(DirectoryEnv, index, root=str(root), **options)
             for index in range(num_envs)]
@@ -91,7 +98,8 @@ def wait_for_records(root: Path, count: int, timeout: float = 15.0) -> list[str]
 @pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
 async def test_cleanups_run_once_at_close(backend: str, tmp_path: Path,
                                           no_leaks: None) -> None:
-    envs = aiovec.AsyncVectorEnv(directory_envs(tmp_path, 3), backend=backend)
+    envs = aiovec.AsyncVectorEnv(for_backend(backend, directory_envs(tmp_path, 3)),
+                                 backend=backend)
     async with envs:
         await envs.reset(seed=0)
         await envs.step(np.ones(3))
@@ -109,7 +117,8 @@ async def test_a_restart_runs_the_old_instances_cleanup_once(backend: str, tmp_p
     factories = directory_envs(tmp_path, 2)
     factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path),
                                      faults=[Fault("raise", "step", at=1)])
-    async with aiovec.AsyncVectorEnv(factories, backend=backend, restart=True) as envs:
+    async with aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend,
+                                     restart=True) as envs:
         await envs.reset(seed=0)
         old = directories(tmp_path)
         await envs.step(np.ones(2))
@@ -154,7 +163,7 @@ async def test_a_failing_or_hanging_cleanup_is_counted_and_never_blocks_close(
                           cleanup=functools.partial(time.sleep, 3)),
         functools.partial(DirectoryEnv, 2, root=str(tmp_path)),
     ]
-    envs = aiovec.AsyncVectorEnv(factories, backend=backend)
+    envs = aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend)
     async with envs:
         await envs.reset(seed=0)
         started = time.monotonic()

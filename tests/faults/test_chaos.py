@@ -145,7 +145,7 @@ async def test_chaos_run_with_helper_processes(anyio_backend: str, tmp_path: obj
             if step % 500 == 0:
                 counts = [len(tagged_processes(f"{tag}-{index}")) for index in range(NUM_ENVS)]
                 assert counts == [len(TREE_HELPERS)] * NUM_ENVS, (step, counts)
-        statistics = envs.statistics()
+    statistics = envs.statistics()  # after close: its counts are in
     faults = [ledger.count(env, "fault") for env in range(NUM_ENVS)]
     assert sum(faults) >= 10, faults
     assert restarted.tolist() == faults and statistics.restarts == sum(faults)

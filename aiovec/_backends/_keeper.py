@@ -1,0 +1,86 @@
+"""The keeper: a small process that outlives a Ray actor to end what its sub-envs started.
+
+On the process backend the fork server supervises each worker from above. A Ray actor's parent
+is Ray's own raylet, so each actor starts a keeper instead: a child in its own session that
+waits for the actor to die. While the actor lives, the actor itself (a child subreaper) ends
+what its sub-envs start on close and restarts, and the keeper only notes the actor's
+descendants twice a second and takes in the cleanups registered there
+(``_cleanup_channel``). Once the actor is dead, by any means (``ray.kill``, a crash, the
+driver's death), its orphans were handed to init; the keeper finds them by the owner mark in
+their environment (``_process_tree.OWNER_VARIABLE``) or among the descendants it had noted
+(same pid, same start time), ends them, runs the cleanups left unclaimed, and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+
+from aiovec._backends._children import python_command
+from aiovec._backends._cleanup_channel import CleanupLedger, connect, run_orphaned
+from aiovec._backends._process_tree import (
+    SUPPORTED,
+    end_tree,
+    living_descendants,
+    owned_by,
+    start_time,
+)
+
+__all__ = ["main", "start_keeper"]
+
+#: Seconds between two looks at the actor's descendants.
+_SNAPSHOT_INTERVAL = 0.5
+#: Rounds of ending what the dead actor left before giving up on a tree that keeps forking.
+_MAX_ROUNDS = 10
+
+
+def start_keeper() -> int | None:
+    """Start this process's keeper and forward cleanups to it; its pid (None: unsupported)."""
+    if not SUPPORTED:
+        return None
+    channel, keeper_end = socket.socketpair()
+    with keeper_end:
+        keeper = subprocess.Popen(
+            python_command(__name__, str(os.getpid()), str(keeper_end.fileno())),
+            pass_fds=(keeper_end.fileno(),), start_new_session=True, stdin=subprocess.DEVNULL)
+    connect(channel.detach())
+    return keeper.pid
+
+
+def main(argv: list[str]) -> None:
+    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD]``."""
+    owner = int(argv[0])
+    me = os.getpid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    ledger = CleanupLedger(socket.socket(fileno=int(argv[1])))
+    noted: dict[int, int] = {}  # pid -> start time, of the owner's descendants
+    try:
+        owner_fd: int | None = os.pidfd_open(owner)
+    except ProcessLookupError:
+        owner_fd = None
+    watched = [ledger.channel.fileno()]
+    if owner_fd is not None and os.getppid() == owner:  # else it died before we looked
+        watched.append(owner_fd)
+        while True:
+            ready, _, _ = select.select(watched, [], [], _SNAPSHOT_INTERVAL)
+            if owner_fd in ready:
+                break
+            if ledger.channel.fileno() in ready and not ledger.read():
+                watched.remove(ledger.channel.fileno())
+            for pid in living_descendants(owner):
+                if pid != me and pid not in noted:
+                    started = start_time(pid)
+                    if started is not None:
+                        noted[pid] = started
+    ledger.read()
+    for _ in range(_MAX_ROUNDS):
+        left = {pid for pid in owned_by(owner) if pid != me}
+        left |= {pid for pid, started in noted.items() if start_time(pid) == started}
+        if not left:
+            break
+        end_tree(left)
+    run_orphaned(list(ledger.pending.values()))
+    os._exit(0)
