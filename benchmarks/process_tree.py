@@ -39,7 +39,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "process_tree.md"
 #: one more plain child (all exit on SIGTERM).
 OBEDIENT = ("child", "setsid", "double_fork") * 3 + ("child",)
 #: Ten processes, two of which (a shell and its grandchild) ignore SIGTERM.
-STUBBORN = ("child", "setsid", "double_fork") * 2 + ("child", "ignores_sigterm")
+STUBBORN = ("child", "setsid", "double_fork") * 2 + ("child", "child", "ignores_sigterm")
 
 
 def wait_gone(pids: list[int], limit: float = 30.0) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,12 +29,31 @@ TAG_VARIABLE = "AIOVEC_TEST_TAG"
 HELPER_KINDS = ("child", "setsid", "double_fork", "ignores_sigterm")
 
 _SLEEP = "sleep 3600"
-_COMMANDS: dict[str, tuple[list[str], bool]] = {
-    "child": (["sh", "-c", f"exec {_SLEEP}"], False),
-    "setsid": (["sh", "-c", f"exec {_SLEEP}"], True),
-    "double_fork": (["sh", "-c", f"{_SLEEP} >/dev/null 2>&1 &"], False),
-    "ignores_sigterm": (["sh", "-c", f"trap '' TERM; {_SLEEP} & wait"], False),
+#: Each kind's command, whether it gets a session of its own, and whether it prints the pid
+#: of a background job it started (which the env then waits to see running ``sleep``).
+_COMMANDS: dict[str, tuple[list[str], bool, bool]] = {
+    "child": (["sleep", "3600"], False, False),
+    "setsid": (["sleep", "3600"], True, False),
+    "double_fork": (["sh", "-c", f"{_SLEEP} >/dev/null 2>&1 & echo $!"], False, True),
+    "ignores_sigterm": (["sh", "-c", f"trap '' TERM; {_SLEEP} & echo $!; wait"], False, True),
 }
+#: Seconds a background job gets to start running ``sleep``.
+_START_TIMEOUT = 10.0
+
+
+def _wait_until_sleeping(pid: int) -> None:
+    """Until the forked shell ``pid`` has exec'd ``sleep``: from then on it is what a test
+    sees (before, for a moment, it may be a shell between fork and exec)."""
+    deadline = time.monotonic() + _START_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read().startswith(b"sleep\0"):
+                    return
+        except OSError:
+            return  # gone already: nothing to wait for
+        time.sleep(0.001)
+    raise TimeoutError(f"helper {pid} did not start sleeping within {_START_TIMEOUT} s")
 
 
 class ProcessTreeEnv(FaultyEnv):
@@ -55,9 +75,13 @@ class ProcessTreeEnv(FaultyEnv):
         for kind in helpers:
             if kind not in _COMMANDS:
                 raise ValueError(f"unknown helper kind {kind!r}; choose from {HELPER_KINDS}")
-            command, new_session = _COMMANDS[kind]
+            command, new_session, prints_pid = _COMMANDS[kind]
             helper = subprocess.Popen(command, env=environment, start_new_session=new_session,
-                                      stdin=subprocess.DEVNULL)
+                                      stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE if prints_pid else None)
+            if helper.stdout is not None:
+                with helper.stdout:
+                    _wait_until_sleeping(int(helper.stdout.readline()))
             if kind == "double_fork":
                 helper.wait()  # its shell exits at once, leaving the orphaned sleep behind
             self.helpers.append(helper)
