@@ -57,8 +57,9 @@ __all__ = ["ProcessBackend"]
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
                Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
 # Seconds to wait for a dead worker's exit status: its fork server first ends what the
-# worker left behind (SIGTERM, a grace, SIGKILL).
-_REAP_TIMEOUT = GRACE + 2.0
+# worker left behind (SIGTERM, a grace, SIGKILL). Event-driven: only a status that never
+# comes waits this long.
+_REAP_TIMEOUT = GRACE + 5.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 # Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
