@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 import aiovec
-from aiovec.testing import CountingEnv
+from aiovec.testing import CountingEnv, EpisodeEnv
 
 
 class RaisingEnv(CountingEnv):
@@ -64,6 +65,23 @@ class GatedEnv(CountingEnv):
         self.thread_ids.add(threading.get_ident())
         super().close()
         self.closed_event.set()
+
+
+class GateFileEnv(EpisodeEnv):
+    """An ``EpisodeEnv`` whose ``step`` waits until the file at ``path`` exists: its replies
+    come only once the test lets them, wherever it runs."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("box")
+        self.path = path
+
+    def step(self, action: Any) -> Any:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.path):  # polled: a gate another process opens
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the test never created {self.path}")
+            time.sleep(0.005)
+        return super().step(action)
 
 
 def failing_factory() -> CountingEnv:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
@@ -13,6 +13,15 @@ from pathlib import Path
 FORK_SERVER_MARKER = b"aiovec-forkserver"
 #: In the command line of every spawned worker.
 WORKER_MODULE = b"aiovec._backends._process_worker"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds (a deadline, not a sleep standing in for a signal)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 def parent_pid(pid: int) -> int:

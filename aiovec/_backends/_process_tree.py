@@ -92,10 +92,9 @@ def _tree(roots: Iterable[int]) -> tuple[list[int], list[int]]:
         state = _state(pid)
         if state is None:
             continue
-        if state[0] in "ZX":
-            zombies.append(pid)
-            continue
-        living.append(pid)
+        (zombies if state[0] in "ZX" else living).append(pid)
+        # A zombie leader may have threads still exiting, holding children it has not yet
+        # handed on (a worker whose main thread called exit while another ran end_tree).
         frontier += _children(pid)
     return living, zombies
 
@@ -188,6 +187,12 @@ def _reap(zombies: Iterable[int], spare: Collection[int]) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
+def _exited(pidfd: int) -> bool:
+    """True once every thread of the process behind ``pidfd`` has exited."""
+    readable, _, _ = select.select([pidfd], [], [], 0)
+    return bool(readable)
+
+
 def end_tree(roots: Iterable[int] | None = None, *, grace: float = GRACE,
              spare: Collection[int] = (), note: Callable[[int], None] | None = None) -> int:
     """End ``roots`` and every process below them (default: every descendant of this process).
@@ -212,11 +217,18 @@ def end_tree(roots: Iterable[int] | None = None, *, grace: float = GRACE,
         living, zombies = _tree(targets_roots)
         _reap(zombies, spare)
         targets: dict[int, int] = {}
-        for pid in living:
+        for pid in [*living, *zombies]:
             if pid != me and pid not in spare:
                 pidfd = _open(pid)
-                if pidfd is not None:
-                    targets[pid] = pidfd
+                if pidfd is None:
+                    continue
+                # A zombie leader with threads still running is alive: they hold its
+                # children until they exit (say, a worker whose main thread exited while
+                # another ran end_tree), and a leader that called exit(2) alone lives on.
+                if pid in zombies and _exited(pidfd):
+                    os.close(pidfd)
+                    continue
+                targets[pid] = pidfd
         if not targets:
             break
         try:

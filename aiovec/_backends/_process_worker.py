@@ -270,7 +270,8 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         sock.sendall(encode(Kind.REPLY, sequence))
         _serve(worker, sock)
     except (EOFError, ConnectionError):  # the parent is gone: nothing left to serve
-        pass
+        # As the lifeline's watcher does: exiting now would cut its end_tree short.
+        end_tree()
     finally:
         sock.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -18,9 +19,10 @@ import pytest
 
 import aiovec
 from aiovec._backends import resolve_backend_name
-from aiovec.testing import CountingEnv, EpisodeEnv
+from aiovec.testing import CountingEnv
 from tests.envs import (
     FifoStepEnv,
+    GateFileEnv,
     PidEnv,
     StubbornEnv,
     TextEnv,
@@ -201,15 +203,17 @@ async def test_fork_start_method(no_leaks: None) -> None:
 
 
 async def test_cancelled_step_needs_a_reset_and_late_replies_are_dropped(
-    no_leaks: None,
+    tmp_path: Path, no_leaks: None,
 ) -> None:
-    factories = [lambda: EpisodeEnv("box")] * 4
+    gate = tmp_path / "gate"
+    factories = [functools.partial(GateFileEnv, str(gate))] * 4
     async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
         await envs.reset(seed=3)
         actions = np.zeros((4, 2), np.float32)
         with anyio.CancelScope() as scope:
-            scope.cancel()  # cancelled before the replies can arrive: they come late
+            scope.cancel()  # the replies wait for the gate: they come late
             await envs.step(actions)
+        gate.touch()
         # The sub-envs stepped, but the caller never saw it: they are not stepped blindly.
         assert envs.unusable_envs == (0, 1, 2, 3)
         with pytest.raises(aiovec.ResetNeededError, match="0, 1, 2, 3 need a reset"):

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._backends import _process_tree
 from aiovec.testing import Fault, ProcessTreeEnv, tagged_processes
-from tests.leaks import parent_pid, wait_for_exit
+from tests.leaks import parent_pid, wait_for_exit, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +260,44 @@ def test_ctrl_c_in_the_sync_shim_takes_every_tree_with_it(tag: str, start_method
         trainer.send_signal(signal.SIGINT)
         assert trainer.wait(GONE_WITHIN) != 0  # KeyboardInterrupt
     assert wait_for_exit(started, GONE_WITHIN) == []
+
+
+# ---------------------------------------------------------------------- end_tree itself
+
+_HALF_EXITED = """
+import ctypes, platform, subprocess, threading
+
+def hold():
+    helper = subprocess.Popen(["sleep", "3600"])  # a child of this thread, not of the leader
+    print(helper.pid, flush=True)
+    threading.Event().wait()
+
+threading.Thread(target=hold).start()
+input()  # the test has read the helper's pid
+# exit(2), not exit_group(2): the main thread (the leader) ends, the other lives on.
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+"""
+
+
+def test_end_tree_ends_a_zombie_leader_whose_threads_live_on_and_their_children() -> None:
+    """A process whose main thread has exited is a zombie to ``/proc`` while its other
+    threads run and hold their children: a worker whose main thread exits while its
+    lifeline's watcher ends its tree looks so for a moment. Both are found and ended."""
+    with subprocess.Popen([sys.executable, "-c", _HALF_EXITED], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            helper = int(process.stdout.readline())
+            process.stdin.write("\n")
+            process.stdin.flush()
+            wait_until(lambda: _state_letter(process.pid) == "Z", GONE_WITHIN,
+                       "its main thread to exit")
+            assert _process_tree.end_tree([process.pid]) == 2
+            assert wait_for_exit([helper, process.pid], GONE_WITHIN) == []
+        finally:
+            process.kill()
+
+
+def _state_letter(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]

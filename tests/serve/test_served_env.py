@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.leaks import descendants
-from tests.serve.conftest import Server, wait_until
+from tests.leaks import descendants, wait_until
+from tests.serve.conftest import Server
 
 pytestmark = pytest.mark.anyio
 
