@@ -101,6 +101,27 @@ async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:
     return list(await envs.get_attr("pid"))
 
 
+class OverlapProbeEnv(PidEnv):
+    """Notes how many probes sharing ``directory`` are inside ``step`` at once (each holds a
+    marker file there meanwhile); ``most`` is the largest number it saw."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = directory
+        self.most = 0
+
+    def step(self, action: int) -> Any:
+        marker = os.path.join(self.directory, f"{os.getpid()}-{id(self)}")
+        with open(marker, "w"):
+            pass
+        try:
+            self.most = max(self.most, len(os.listdir(self.directory)))
+            time.sleep(0.002)  # a step's work: long enough for steps elsewhere to overlap
+        finally:
+            os.remove(marker)
+        return super().step(action)
+
+
 class FifoStepEnv(PidEnv):
     """On step ``block_at``, announces itself through the FIFO at ``path``, then hangs."""
 

@@ -33,7 +33,7 @@ BACKEND_NAMES = ("auto", *_REGISTRY)
 BACKEND_OPTIONS = {
     "num_workers": ("process", "ray"),
     "start_method": ("process",),
-    "max_concurrency": ("async", "thread", "inline"),
+    "max_concurrency": ("async", "thread", "inline", "process", "ray"),
     "address": ("ray",),
     "actor_options": ("ray",),
 }
@@ -76,8 +76,6 @@ def _auto_backend(env_fns: Sequence[Any], options: dict[str, Any]) -> str:
         return "ray"
     if any(options.get(key) is not None for key in PROCESS_OPTIONS):
         return "process"
-    if options.get("max_concurrency") is not None:
-        return "thread"
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux

@@ -33,7 +33,8 @@ from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import LatencyLog
 
-__all__ = ["NO_REPLY", "Arrivals", "Backend", "BatchBuffers", "Pending", "Remade"]
+__all__ = ["NO_REPLY", "Arrivals", "Backend", "BatchBuffers", "Pending", "Remade",
+           "workers_within"]
 
 
 class _NoReply:
@@ -266,3 +267,20 @@ class Backend(abc.ABC):
     def describe(self) -> str:
         """A few words for ``repr``: how many sub-envs are alive and where."""
         return f"{self.name} backend"
+
+
+def workers_within(num_workers: int | None, max_concurrency: int | None, default: int) -> int:
+    """How many workers (or actors) to start so that at most ``max_concurrency`` sub-envs
+    execute at once, as Gymnasium's ``max_concurrency`` means: a worker steps its sub-envs
+    one at a time, so that is at most one sub-env per worker."""
+    if max_concurrency is None:
+        return num_workers or default
+    if num_workers is None:
+        return min(default, max_concurrency)
+    if num_workers > max_concurrency:
+        raise ValueError(
+            f"num_workers={num_workers} exceeds max_concurrency={max_concurrency}: each worker "
+            "steps one sub-env at a time, so at most num_workers sub-envs execute at once; "
+            "leave num_workers out (aiovec then starts at most max_concurrency workers) or "
+            "pass one no larger")
+    return num_workers

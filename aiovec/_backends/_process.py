@@ -34,7 +34,14 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._base import (
+    Arrivals,
+    Backend,
+    BatchBuffers,
+    Pending,
+    Remade,
+    workers_within,
+)
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._forkserver import ForkServer
 from aiovec._backends._forkserver import available as fork_server_available
@@ -248,9 +255,11 @@ class ProcessBackend(Backend):
     in_process: ClassVar[bool] = False
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 num_workers: int | None = None, start_method: str | None = None) -> None:
+                 num_workers: int | None = None, start_method: str | None = None,
+                 max_concurrency: int | None = None) -> None:
         super().__init__(env_fns, autoreset_mode)
-        self.num_workers = num_workers or default_num_workers(self.num_envs)
+        self.num_workers = workers_within(num_workers, max_concurrency,
+                                          default_num_workers(self.num_envs))
         if not 1 <= self.num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {self.num_workers}")
@@ -787,4 +796,5 @@ class ProcessBackend(Backend):
 
     def describe(self) -> str:
         alive = sum(worker.alive for worker in self._workers)
-        return f"process backend, {alive}/{self.num_workers} workers alive"
+        return (f"process backend, {alive}/{self.num_workers} workers alive, "
+                f"start method {self.start_method!r}")

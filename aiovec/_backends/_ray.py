@@ -33,7 +33,14 @@ from gymnasium.vector import AutoresetMode
 from ray.exceptions import RayActorError
 
 from aiovec._backends import ActorOptions
-from aiovec._backends._base import Arrivals, Backend, BatchBuffers, Pending, Remade
+from aiovec._backends._base import (
+    Arrivals,
+    Backend,
+    BatchBuffers,
+    Pending,
+    Remade,
+    workers_within,
+)
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._backends._ray_actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._core._slot import Failure, Op
@@ -47,7 +54,8 @@ _OWNED_OPTIONS = {
     "max_restarts": "aiovec restarts sub-envs itself (restart=...): a Ray restart would hand "
                     "back a fresh env in the middle of an episode",
     "max_task_retries": "a retried step would run on a freshly restarted (reset) env",
-    "max_concurrency": "a sub-env is stepped by one call at a time",
+    "max_concurrency": "an actor steps its sub-envs one call at a time (the vector env's own "
+                       "max_concurrency= caps how many sub-envs execute at once)",
 }
 #: An actor steps its sub-envs: it holds one CPU unless told otherwise (``num_cpus=0``).
 _DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1}
@@ -173,12 +181,17 @@ class RayBackend(Backend):
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, address: str | None = None,
-                 actor_options: ActorOptions | None = None) -> None:
+                 actor_options: ActorOptions | None = None,
+                 max_concurrency: int | None = None) -> None:
         super().__init__(env_fns, autoreset_mode)
         if num_workers is not None and not 1 <= num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {num_workers}")
+        if num_workers is not None:
+            workers_within(num_workers, max_concurrency, num_workers)
         self.num_workers = num_workers
+        #: At most this many actors (one steps one sub-env at a time): Gymnasium's meaning.
+        self.max_concurrency = max_concurrency
         self.address = address
         self._actor_options = _check_actor_options(actor_options, num_workers)
         self._actors: list[_Actor] = []
@@ -195,7 +208,8 @@ class RayBackend(Backend):
     async def start(self) -> Pending:
         self.wake = threadsafe_caller()
         cpus = await anyio.to_thread.run_sync(_connect, self.address)
-        num_actors = self.num_workers or max(1, min(self.num_envs, cpus))
+        num_actors = self.num_workers or workers_within(None, self.max_concurrency,
+                                                        max(1, min(self.num_envs, cpus)))
         if isinstance(self._actor_options, list) and len(self._actor_options) != num_actors:
             raise ValueError(f"actor_options has {len(self._actor_options)} entries for "
                              f"{num_actors} actors")

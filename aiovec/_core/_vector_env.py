@@ -166,7 +166,8 @@ class AsyncVectorEnv:
       placement group, ...) go to Ray unchanged;
     - ``"auto"`` (default): picks one for you (see the README).
 
-    ``max_concurrency`` (async and thread backends) caps how many sub-envs work at once.
+    ``max_concurrency`` caps how many sub-envs execute at once (Gymnasium's meaning; on the
+    process and Ray backends, by starting at most that many workers).
     ``send``/``recv`` step sub-envs on their own and return the first ``batch_size`` to
     finish (``async for batch in envs.batches()`` too).
 

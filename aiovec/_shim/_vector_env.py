@@ -51,10 +51,11 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     """A synchronous vector env over aiovec's async core; a drop-in for Gymnasium's.
 
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
-    method; workers are always daemonic and shared memory is used whenever the spaces allow)
-    and ``aiovec.AsyncVectorEnv``'s keywords (``backend``, ``timeout``, ``close_timeout``,
-    ``restart``, ``batch_size``, ``max_concurrency``, ``num_workers``, ``address``,
-    ``actor_options``). A ``timeout=None`` in
+    method, also accepted as SB3's ``start_method``; workers are always daemonic and shared
+    memory is used whenever the spaces allow; ``max_concurrency`` caps how many sub-envs
+    execute at once, as in Gymnasium) and ``aiovec.AsyncVectorEnv``'s keywords (``backend``,
+    ``timeout``, ``close_timeout``, ``restart``, ``batch_size``, ``num_workers``,
+    ``address``, ``actor_options``). A ``timeout=None`` in
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
@@ -77,12 +78,17 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         batch_size: int | None = None,
         max_concurrency: int | None = None,
         num_workers: int | None = None,
+        start_method: str | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
     ) -> None:
         if worker is not None:
             raise ValueError("aiovec runs its own sub-env hosts: "
                              "a custom `worker` is not supported")
+        if start_method is not None and context is not None and start_method != context:
+            raise ValueError(f"context={context!r} and start_method={start_method!r} are two "
+                             "names for the process backend's start method: pass one")
+        context = context if context is not None else start_method
         self.shared_memory = shared_memory
         self.context = context
         self.daemon = daemon

@@ -93,6 +93,18 @@ def test_steps_match_dummy_vec_env(backend: str, no_orphans: None) -> None:
         oracle.close()
 
 
+def test_subproc_vec_env_keywords_are_understood(no_orphans: None) -> None:
+    """``start_method``, SubprocVecEnv's one keyword, means the same here."""
+    vec_env = make_vec_env("CartPole-v1", n_envs=2, vec_env_cls=SB3VecEnv,
+                           vec_env_kwargs={"start_method": "spawn"})
+    try:
+        assert "process backend" in repr(vec_env.vector.async_env)
+        assert "start method 'spawn'" in repr(vec_env.vector.async_env)
+        assert vec_env.reset().shape == (2, 4)
+    finally:
+        vec_env.close()
+
+
 def test_seed_and_per_env_options_reach_the_next_reset_only() -> None:
     mine, oracle = cartpole(SB3VecEnv, backend="thread"), cartpole(DummyVecEnv)
     try:

@@ -23,6 +23,7 @@ from aiovec.testing import CountingEnv
 from tests.envs import (
     FifoStepEnv,
     GateFileEnv,
+    OverlapProbeEnv,
     PidEnv,
     StubbornEnv,
     TextEnv,
@@ -30,7 +31,7 @@ from tests.envs import (
     wait_for_fifo,
     worker_pids,
 )
-from tests.leaks import parent_pid, shm_entries, wait_for_exit
+from tests.leaks import child_pids, parent_pid, shm_entries, wait_for_exit
 
 pytestmark = pytest.mark.anyio
 
@@ -222,6 +223,37 @@ async def test_cancelled_step_needs_a_reset_and_late_replies_are_dropped(
         assert "elapsed" not in infos
         _, _, _, _, infos = await envs.step(actions)
         assert infos["elapsed"].tolist() == [1, 1, 1, 1]  # the late replies were not taken
+
+
+async def test_max_concurrency_caps_the_sub_envs_executing_at_once(tmp_path: Path,
+                                                                     no_leaks: None) -> None:
+    """Gymnasium's meaning: at most ``max_concurrency`` sub-envs in ``step`` at any moment;
+    a worker steps its sub-envs one at a time, so aiovec starts that many workers."""
+    factories = [functools.partial(OverlapProbeEnv, str(tmp_path))] * 6
+    async with aiovec.AsyncVectorEnv(factories, backend="process", max_concurrency=2) as envs:
+        assert len(set(await envs.get_attr("pid"))) == 2
+        await envs.reset(seed=0)
+        for _ in range(20):
+            await envs.step(np.zeros(6, dtype=np.int64))
+        assert 1 <= max(await envs.get_attr("most")) <= 2
+    with pytest.raises(ValueError, match="num_workers=3 exceeds max_concurrency=2"):
+        aiovec.AsyncVectorEnv(factories, backend="process", num_workers=3, max_concurrency=2)
+
+
+def test_gymnasium_and_sb3_keywords_reach_the_process_backend() -> None:
+    """``max_concurrency`` (Gymnasium 1.4) picks the process backend as Gymnasium's own
+    AsyncVectorEnv would run, ``start_method`` (SB3's SubprocVecEnv) is ``context``."""
+    before = child_pids()
+    envs = aiovec.VectorEnv([PidEnv] * 4, max_concurrency=2, start_method="spawn")
+    try:
+        assert envs.backend_name == "process"
+        assert len(set(envs.get_attr("pid"))) == 2
+        assert "start method 'spawn'" in repr(envs.async_env)
+    finally:
+        envs.close()
+    assert wait_for_exit(sorted(child_pids() - before), PROMPTLY) == []
+    with pytest.raises(ValueError, match="two names for the process backend's start method"):
+        aiovec.VectorEnv([PidEnv] * 2, context="fork", start_method="spawn")
 
 
 def test_process_options_are_checked() -> None:

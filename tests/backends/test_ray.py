@@ -92,6 +92,20 @@ async def test_actor_options_reach_ray_and_an_unplaceable_actor_times_out(
     assert caught.value.env_indices == (0, 1)
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the cap does not involve the loop
+async def test_max_concurrency_caps_the_actors(no_leaks: None) -> None:
+    """An actor steps its sub-envs one at a time: at most ``max_concurrency`` actors."""
+    async with aiovec.AsyncVectorEnv([CountingEnv] * 5, backend="ray",
+                                     max_concurrency=2) as envs:
+        assert "2/2 actors alive" in repr(envs)
+        obs, _ = await envs.reset()
+        assert obs.shape[0] == 5
+    with pytest.raises(ValueError, match="num_workers=3 exceeds max_concurrency=2"):
+        aiovec.AsyncVectorEnv([CountingEnv] * 5, backend="ray", num_workers=3,
+                              max_concurrency=2)
+
+
 def test_actor_options_aiovec_owns_are_refused() -> None:
     for key in ("max_restarts", "max_task_retries", "max_concurrency"):
         with pytest.raises(ValueError, match=f"may not set '{key}'"):
