@@ -22,9 +22,60 @@ Check = Callable[[Any, str], Any]
 Split = Callable[[Any], list[Any]]
 
 
-def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str) -> tuple[Check, Split]:
+def _outside(space: spaces.Space[Any], batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """For each row of ``batch`` (one sub-env's action), True if ``space`` does not contain
+    it: one vectorized comparison per space, not ``num_envs`` calls to ``contains``."""
+    if isinstance(space, spaces.Box):
+        inside: np.ndarray[Any, Any] = (batch >= space.low) & (batch <= space.high)  # NaN: out
+    elif isinstance(space, spaces.Discrete):
+        inside = np.asarray((batch >= space.start) & (batch < space.start + space.n))
+    elif isinstance(space, spaces.MultiDiscrete):
+        inside = np.asarray((batch >= space.start) & (batch < space.start + space.nvec))
+    else:  # MultiBinary
+        inside = np.asarray((batch == 0) | (batch == 1))
+    return np.asarray(~inside.reshape(len(batch), -1).all(axis=1))
+
+
+def _bounds(space: spaces.Space[Any]) -> tuple[Any, Any] | None:
+    """``(lowest, highest)`` allowed values when one pair bounds every element (Discrete,
+    MultiBinary, a MultiDiscrete or Box with uniform bounds): then two reductions check a
+    whole batch."""
+    if isinstance(space, spaces.Discrete):
+        return space.start, space.start + space.n - 1
+    if isinstance(space, spaces.MultiBinary):
+        return 0, 1
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.size:
+        start, count = space.start.flat[0], space.nvec.flat[0]
+        if (space.start == start).all() and (space.nvec == count).all():
+            return start, start + count - 1
+    if isinstance(space, spaces.Box) and space.low.size and space.dtype is not None:
+        low, high = space.low.flat[0], space.high.flat[0]
+        if (space.low == low).all() and (space.high == high).all():
+            return low, high
+    return None
+
+
+class _Outside(Exception):
+    """Actions outside the space, by position in the batch (named by sub-env on the way out)."""
+
+    def __init__(self, space: spaces.Space[Any], where: str, positions: Sequence[int],
+                 action: Any) -> None:
+        super().__init__(where)
+        self.space, self.where, self.positions, self.action = space, where, positions, action
+
+    def describe(self, env_ids: Sequence[int] | None) -> str:
+        named = [position if env_ids is None else env_ids[position]
+                 for position in self.positions]
+        others = f" (so are those of sub-envs {named[1:]})" if len(named) > 1 else ""
+        return (f"{self.where}: sub-env {named[0]}'s action {self.action!r} is outside "
+                f"{self.space}{others}; nothing was sent")
+
+
+def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
+                 values: bool) -> tuple[Check, Split]:
     shape = (num_envs, *(space.shape or ()))
     dtype = np.dtype(space.dtype)
+    bounds = _bounds(space) if values else None
 
     def check(actions: Any, where: str) -> Any:
         try:
@@ -41,13 +92,18 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str) -> tuple[C
             )
         if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
             raise ValueError(f"{where}: expected dtype {dtype} for {space}, got {array.dtype}")
+        if values and not (bounds is not None and array.size  # NaN fails both: no shortcut
+                           and array.min() >= bounds[0] and array.max() <= bounds[1]):
+            offenders = np.flatnonzero(_outside(space, array)).tolist()
+            if offenders:
+                raise _Outside(space, where, offenders, array[offenders[0]].tolist())
         return np.array(array)  # always a copy
 
     return check, list
 
 
-def _dict_rules(space: spaces.Dict, num_envs: int) -> tuple[Check, Split]:
-    children = {key: _rules(child, num_envs) for key, child in space.spaces.items()}
+def _dict_rules(space: spaces.Dict, num_envs: int, values: bool) -> tuple[Check, Split]:
+    children = {key: _rules(child, num_envs, values) for key, child in space.spaces.items()}
     expected = sorted(children)
 
     def check(actions: Any, where: str) -> Any:
@@ -66,8 +122,9 @@ def _dict_rules(space: spaces.Dict, num_envs: int) -> tuple[Check, Split]:
     return check, split
 
 
-def _tuple_rules(space: spaces.Tuple[Any], num_envs: int) -> tuple[Check, Split]:
-    children = [_rules(child, num_envs) for child in space.spaces]
+def _tuple_rules(space: spaces.Tuple[Any], num_envs: int,
+                 values: bool) -> tuple[Check, Split]:
+    children = [_rules(child, num_envs, values) for child in space.spaces]
 
     def check(actions: Any, where: str) -> Any:
         if not isinstance(actions, (tuple, list)) or len(actions) != len(children):
@@ -83,7 +140,8 @@ def _tuple_rules(space: spaces.Tuple[Any], num_envs: int) -> tuple[Check, Split]
     return check, split
 
 
-def _generic_rules(space: spaces.Space[Any], num_envs: int) -> tuple[Check, Split]:
+def _generic_rules(space: spaces.Space[Any], num_envs: int,
+                   values: bool) -> tuple[Check, Split]:
     batched = batch_space(space, num_envs)
 
     def check(actions: Any, where: str) -> Any:
@@ -92,33 +150,45 @@ def _generic_rules(space: spaces.Space[Any], num_envs: int) -> tuple[Check, Spli
         per_env = list(iterate(batched, actions))
         if len(per_env) != num_envs:
             raise ValueError(f"{where}: expected {num_envs} actions, got {len(per_env)}")
+        if values:  # no batched form to compare against: one contains() per sub-env
+            offenders = [index for index, action in enumerate(per_env)
+                         if not space.contains(action)]
+            if offenders:
+                raise _Outside(space, where, offenders, per_env[offenders[0]])
         return per_env
 
     return check, list
 
 
-def _rules(space: spaces.Space[Any], num_envs: int) -> tuple[Check, Split]:
+def _rules(space: spaces.Space[Any], num_envs: int, values: bool) -> tuple[Check, Split]:
     if isinstance(space, spaces.Box):
-        return _array_rules(space, num_envs, "biuf" if space.dtype.kind == "f" else "biu")
+        kinds = "biuf" if space.dtype is not None and space.dtype.kind == "f" else "biu"
+        return _array_rules(space, num_envs, kinds, values)
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
-        return _array_rules(space, num_envs, "iu")
+        return _array_rules(space, num_envs, "iu", values)
     if isinstance(space, spaces.MultiBinary):
-        return _array_rules(space, num_envs, "biu")
+        return _array_rules(space, num_envs, "biu", values)
     if isinstance(space, spaces.Dict):
-        return _dict_rules(space, num_envs)
+        return _dict_rules(space, num_envs, values)
     if isinstance(space, spaces.Tuple):
-        return _tuple_rules(space, num_envs)
-    return _generic_rules(space, num_envs)
+        return _tuple_rules(space, num_envs, values)
+    return _generic_rules(space, num_envs, values)
 
 
 class ActionChecker:
-    """Validates batches of actions for ``single_action_space`` and splits them per sub-env."""
+    """Validates batches of actions for ``single_action_space`` and splits them per sub-env;
+    with ``values``, every action must also lie in the space (``validate_actions=True``)."""
 
     __slots__ = ("_check", "split")
 
-    def __init__(self, single_action_space: spaces.Space[Any], num_envs: int) -> None:
-        self._check, self.split = _rules(single_action_space, num_envs)
+    def __init__(self, single_action_space: spaces.Space[Any], num_envs: int,
+                 values: bool = False) -> None:
+        self._check, self.split = _rules(single_action_space, num_envs, values)
 
-    def check(self, actions: Any) -> Any:
-        """The batch as a private copy, or an error saying what is wrong with it."""
-        return self._check(actions, "actions")
+    def check(self, actions: Any, env_ids: Sequence[int] | None = None) -> Any:
+        """The batch as a private copy, or an error saying what is wrong with it (``env_ids``:
+        the sub-envs the batch's rows are for, when not all of them in order)."""
+        try:
+            return self._check(actions, "actions")
+        except _Outside as outside:
+            raise ValueError(outside.describe(env_ids)) from None

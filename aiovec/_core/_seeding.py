@@ -8,27 +8,52 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["per_env_seeds", "split_reset_mask"]
+__all__ = ["check_options", "per_env_seeds", "split_reset_mask"]
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
-    """``None`` → no seeds, an int ``s`` → ``s, s+1, …``, a sequence → one seed per sub-env."""
+    """``None`` → no seeds, an int ``s`` → ``s, s+1, …``, a sequence → one seed per sub-env.
+
+    Checked here, before anything is sent: a seed numpy refuses (negative, not an int) is the
+    caller's mistake, never a sub-env failure to restart.
+    """
     if seed is None:
         return [None] * num_envs
     candidate: object = seed  # checked as an object: callers may pass anything
     if isinstance(candidate, bool):
         raise TypeError("seed must be None, an int or a list of ints, got bool")
     if isinstance(candidate, numbers.Integral):
-        return [int(candidate) + index for index in range(num_envs)]
-    if isinstance(candidate, (str, bytes)) or not isinstance(seed, Sequence):
+        first = _checked_seed(candidate, "seed")
+        assert first is not None
+        return [first + index for index in range(num_envs)]
+    if isinstance(candidate, np.ndarray) and candidate.ndim == 1:  # np.arange(n), say
+        candidate = candidate.tolist()
+    elif isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
         raise TypeError(f"seed must be None, an int or a list of ints, got {type(seed).__name__}")
-    seeds = list(seed)
+    assert isinstance(candidate, (list, Sequence))
+    seeds = [_checked_seed(value, f"seed[{index}]") for index, value in enumerate(candidate)]
     if len(seeds) != num_envs:
         raise ValueError(
             f"If seeds are passed as a list the length must match num_envs={num_envs} "
             f"but got length={len(seeds)}."
         )
     return seeds
+
+
+def _checked_seed(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where} must be None or an int, got {type(value).__name__}")
+    if int(value) < 0:
+        raise ValueError(f"{where} must be a non-negative int (numpy seeds are), got {value}")
+    return int(value)
+
+
+def check_options(options: object) -> None:
+    """``options`` go to every sub-env's ``reset`` as keyword arguments' values: a dict."""
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
 
 
 def split_reset_mask(
@@ -39,6 +64,7 @@ def split_reset_mask(
     Returns the mask (or ``None`` for a full reset) and the options the sub-envs receive.
     The caller's dict is left untouched.
     """
+    check_options(options)
     if options is None or "reset_mask" not in options:
         return None, options
     env_options = dict(options)

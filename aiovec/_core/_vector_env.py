@@ -171,6 +171,11 @@ class AsyncVectorEnv:
     ``send``/``recv`` step sub-envs on their own and return the first ``batch_size`` to
     finish (``async for batch in envs.batches()`` too).
 
+    Actions are checked for batch size, shape and dtype before anything is sent;
+    ``validate_actions=True`` also refuses any action outside the action space (say, 5 for
+    ``Discrete(2)``) with a ``ValueError``, so nobody who can send actions can crash or
+    restart a sub-env with one (serving code should set it).
+
     ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
     each call also takes ``timeout=``, and honours the caller's own cancel scopes.
     ``restart`` (a ``RestartPolicy``, ``True`` for its defaults, or an int cap) recreates
@@ -195,6 +200,7 @@ class AsyncVectorEnv:
         start_method: str | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
+        validate_actions: bool = False,
     ) -> None:
         candidate: object = env_fns  # checked as an object: callers may pass anything
         if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
@@ -214,6 +220,8 @@ class AsyncVectorEnv:
         self.timeout = _check_timeout(timeout, "timeout")
         self.close_timeout = _check_timeout(close_timeout, "close_timeout") or math.inf
         self.observation_mode = observation_mode
+        #: Every action is checked against the action space before it is sent.
+        self.validate_actions = bool(validate_actions)
         self._restart_policy = RestartPolicy.coerce(restart)
         #: How many results ``recv`` returns by default (first-ready batches).
         self.batch_size: int = (_check_count(batch_size, "batch_size", self.num_envs)
@@ -331,7 +339,7 @@ class AsyncVectorEnv:
         self._ready_to_step = False
         self._np_random_seeds: list[int | None] = [None] * n
         self._has_reset = False
-        self._actions = ActionChecker(spaces.single_action_space, n)
+        self._actions = ActionChecker(spaces.single_action_space, n, self.validate_actions)
         self._checkers: dict[int, ActionChecker] = {}  # for first-ready batches of other sizes
         self._all_envs = range(n)
 
@@ -586,7 +594,7 @@ class AsyncVectorEnv:
             raise ResetNeededError(
                 f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
                 "failed, or done with autoreset disabled)")
-        batch = self._actions_for(len(ids)).check(actions)
+        batch = self._actions_for(len(ids)).check(actions, ids)
         payloads = (batch if self._backend.takes_action_batches
                     else self._actions_for(len(ids)).split(batch))
         seconds = self.timeout if timeout is USE_DEFAULT else _check_timeout(timeout, "timeout")
@@ -614,7 +622,8 @@ class AsyncVectorEnv:
             return self._actions
         checker = self._checkers.get(count)
         if checker is None:
-            checker = self._checkers[count] = ActionChecker(self.single_action_space, count)
+            checker = self._checkers[count] = ActionChecker(self.single_action_space, count,
+                                                            self.validate_actions)
         return checker
 
     async def recv(self, *, batch_size: int | None = None) -> StepBatch:

@@ -55,7 +55,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     memory is used whenever the spaces allow; ``max_concurrency`` caps how many sub-envs
     execute at once, as in Gymnasium) and ``aiovec.AsyncVectorEnv``'s keywords (``backend``,
     ``timeout``, ``close_timeout``, ``restart``, ``batch_size``, ``num_workers``,
-    ``address``, ``actor_options``). A ``timeout=None`` in
+    ``address``, ``actor_options``, ``validate_actions``). A ``timeout=None`` in
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
@@ -81,6 +81,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         start_method: str | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
+        validate_actions: bool = False,
     ) -> None:
         if worker is not None:
             raise ValueError("aiovec runs its own sub-env hosts: "
@@ -98,7 +99,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
             restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
             num_workers=num_workers, start_method=context, address=address,
-            actor_options=actor_options,
+            actor_options=actor_options, validate_actions=validate_actions,
         )
         self.num_envs = self._env.num_envs
         self.copy = copy

@@ -102,7 +102,7 @@ class SessionManager:
             options = {"num_workers": min(num_envs, 2)} if entry.backend == "process" else {}
             envs = aiovec.AsyncVectorEnv([entry.factory] * num_envs, backend=entry.backend,
                                          timeout=entry.timeout, restart=True, close_timeout=2.0,
-                                         **options)
+                                         validate_actions=True, **options)
             try:
                 await envs.start()
             except BaseException:

@@ -127,6 +127,10 @@ async def test_bad_input_gets_a_clear_4xx(anyio_backend: str, start_server: Any)
             ("POST", f"/sessions/{session}/step", {"actions": ["a", "b"]}, 422, "invalid"),
             ("POST", f"/sessions/{session}/step", {}, 422, "invalid"),
             ("POST", f"/sessions/{session}/reset", {"seed": "x"}, 422, "invalid"),
+            # Outside CartPole's Discrete(2), or a seed numpy refuses: never a sub-env
+            # failure, so never a restart a client could force.
+            ("POST", f"/sessions/{session}/step", {"actions": [0, 5]}, 422, "invalid"),
+            ("POST", f"/sessions/{session}/reset", {"seed": -1}, 422, "invalid"),
             ("POST", f"/sessions/{session}/launch", {}, 404, "not_found"),
             ("POST", "/sessions/nope/step", {"actions": [0, 1]}, 404, "unknown_session"),
             ("DELETE", "/sessions/nope", None, 404, "unknown_session"),
@@ -137,9 +141,10 @@ async def test_bad_input_gets_a_clear_4xx(anyio_backend: str, start_server: Any)
             assert response.status_code == status, (path, body, response.text)
             assert response.json()["error"] == error, (path, body, response.text)
             assert "Traceback" not in response.text
-        # Nothing stepped and the session still works.
+        # Nothing stepped and the session still works, nothing restarted.
         result = await client.post(f"/sessions/{session}/step", json={"actions": [0, 1]})
         assert result.status_code == 200, result.text
+        assert result.json()["restarted"] == {}
 
 
 @ASYNCIO
