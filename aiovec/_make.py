@@ -105,8 +105,8 @@ def make_async_vec(
 #: made by ``register_envs`` (every other keyword goes to the sub-envs' ``gymnasium.make``).
 _VECTOR_OPTIONS = frozenset({
     "backend", "timeout", "close_timeout", "restart", "batch_size", "max_concurrency",
-    "num_workers", "address", "actor_options", "copy", "context", "shared_memory", "daemon",
-    "observation_mode", "autoreset_mode",
+    "num_workers", "start_method", "address", "actor_options", "copy", "context",
+    "shared_memory", "daemon", "observation_mode", "autoreset_mode", "validate_actions",
 })
 
 

@@ -47,6 +47,7 @@ from aiovec._backends._forkserver import ForkServer
 from aiovec._backends._forkserver import available as fork_server_available
 from aiovec._backends._process_tree import GRACE
 from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
+from aiovec._backends._registrations import export_registrations
 from aiovec._backends._shared_memory import (
     BlockLayout,
     map_block,
@@ -291,8 +292,10 @@ class ProcessBackend(Backend):
                   for index in range(self.num_workers + 1)]
         shares = [range(bounds[index], bounds[index + 1]) for index in range(self.num_workers)]
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
+        registrations = export_registrations()
         self._inits = [dumps((hosted.start, self.autoreset_mode.value,
-                              cloudpickle.dumps([self.env_fns[i] for i in hosted])))
+                              cloudpickle.dumps([self.env_fns[i] for i in hosted]),
+                              registrations))
                        for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)

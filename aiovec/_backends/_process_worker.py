@@ -31,6 +31,7 @@ from aiovec._backends._process_tree import (
     end_tree,
 )
 from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
+from aiovec._backends._registrations import install_registrations
 from aiovec._backends._shared_memory import (
     BlockLayout,
     BlockViews,
@@ -261,7 +262,8 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         kind, _, payload = recv_frame(sock)
         if kind is not Kind.INIT:
             raise RuntimeError(f"expected INIT, got {kind.name}")
-        first_env, autoreset_mode, env_fns_blob = pickle.loads(payload)
+        first_env, autoreset_mode, env_fns_blob, registrations = pickle.loads(payload)
+        install_registrations(registrations)  # before the factories: they may gym.make them
         env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
         worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
         sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))

@@ -43,6 +43,7 @@ from aiovec._backends._base import (
 )
 from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._backends._ray_actor import EnvHost, StackedSteps, Tallied, unstack
+from aiovec._backends._registrations import export_registrations
 from aiovec._core._slot import Failure, Op
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
@@ -216,7 +217,9 @@ class RayBackend(Backend):
         bounds = [self.num_envs * index // num_actors for index in range(num_actors + 1)]
         shares = [range(bounds[index], bounds[index + 1]) for index in range(num_actors)]
         # Pickle first: a factory that cannot be pickled fails here, before any actor exists.
-        self._blobs = [cloudpickle.dumps({i: self.env_fns[i] for i in share}) for share in shares]
+        registrations = export_registrations()  # what a fresh interpreter lacks
+        self._blobs = [cloudpickle.dumps(({i: self.env_fns[i] for i in share}, registrations))
+                       for share in shares]
         self._every_share = list(enumerate(shares))
         self._actor_of = [index for index, share in enumerate(shares) for _ in share]
         self._actors = [self._create_actor(index, share) for index, share in enumerate(shares)]

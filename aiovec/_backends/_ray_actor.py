@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode
 from aiovec._backends._keeper import start_keeper
 from aiovec._backends._portable import picklable, portable
 from aiovec._backends._process_tree import OWNER_VARIABLE, StartedProcesses, become_subreaper
+from aiovec._backends._registrations import install_registrations
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._slot import EnvSlot, Failure, Op
 
@@ -34,7 +35,8 @@ IN_ACTOR = False
 class EnvHost:
     """Hosts some sub-envs in a Ray actor (the class is wrapped by ``ray.remote`` on the driver).
 
-    ``env_fns`` is the cloudpickled ``{env_index: factory}`` of its sub-envs, unpickled at the
+    ``env_fns`` is the cloudpickled ``({env_index: factory}, registrations)`` of its sub-envs
+    (``_registrations``: the driver's Gymnasium registrations), unpickled at the
     first ``make`` so that a factory which cannot be loaded here fails its sub-envs with the
     traceback, instead of killing the actor.
     """
@@ -58,7 +60,8 @@ class EnvHost:
         A remade sub-env is closed first, then what it started is ended."""
         try:
             if self._env_fns is None:
-                self._env_fns = cloudpickle.loads(self._env_fns_blob)
+                self._env_fns, registrations = cloudpickle.loads(self._env_fns_blob)
+                install_registrations(registrations)
             env_fns = self._env_fns
         except Exception as error:
             return self._tallied([portable(Failure.capture(index, "make", error))
