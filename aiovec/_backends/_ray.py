@@ -15,9 +15,11 @@ creates a new actor with the same options, which Ray may place on another node.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -351,10 +353,21 @@ class RayBackend(Backend):
         return f"ray backend, {alive}/{len(self._actors)} actors alive"
 
 
+#: Name of the thread that initialises Ray: it lives as long as the process (see ``_connect``).
+RAY_STARTER_THREAD = "aiovec-ray-starter"
+_ray_starter: concurrent.futures.ThreadPoolExecutor | None = None
+_ray_starter_lock = threading.Lock()
+
+
 def _connect(address: str | None) -> int:
     """Make sure Ray is initialised in this process; return the cluster's CPU count.
 
-    Blocking (connecting, or starting Ray, takes seconds): run in a thread.
+    Blocking (connecting, or starting Ray, takes seconds): run in a thread. Ray is
+    initialised on a thread of its own that lives as long as this process: the processes Ray
+    starts (``address="local"``) are killed when the *thread* that started them ends
+    (``PR_SET_PDEATHSIG`` is per thread), and a vector env's worker threads end with it, which
+    had taken Ray down under every later vector env. So Ray started by aiovec serves every
+    vector env of the process until the user shuts it down.
     """
     if not ray.is_initialized():
         if address is None and not os.environ.get("RAY_ADDRESS"):
@@ -362,9 +375,20 @@ def _connect(address: str | None) -> int:
                 "backend='ray' found no Ray runtime: call ray.init(...) first, or pass "
                 "address='auto' (a running cluster), address='ray://host:port', or "
                 "address='local' (start Ray in this process)")
-        ray.init(address=address)
+        global _ray_starter
+        with _ray_starter_lock:
+            if _ray_starter is None:
+                _ray_starter = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=RAY_STARTER_THREAD)
+        _ray_starter.submit(_initialise, address).result()
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     return int(resources.get("CPU", 1))
+
+
+def _initialise(address: str | None) -> None:
+    """On the starter thread, one vector env after another: the first one initialises."""
+    if not ray.is_initialized():
+        ray.init(address=address)
 
 
 def _check_actor_options(options: ActorOptions | None,

@@ -138,6 +138,48 @@ def _run_alone(code: str, **environment: str) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=90, check=False)
 
 
+def test_ray_started_by_aiovec_serves_every_later_vector_env() -> None:
+    """``address="local"`` starts Ray once; it outlives each vector env (it had died with
+    the first shim's loop thread, and Ray aborted the program 60 s later) and serves vector
+    envs made in a row, in parallel, from the shim and from ``await`` on asyncio and trio."""
+    finished = _run_alone("""
+        import functools, threading
+        import anyio, gymnasium as gym, numpy as np, ray
+        import aiovec
+        fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+
+        def shim_round(name):
+            envs = aiovec.VectorEnv(fns, backend="ray", address="local")
+            envs.reset(seed=0)
+            print(name, envs.step(np.array([0, 1]))[1].tolist(), flush=True)
+            envs.close()
+
+        for index in range(3):
+            shim_round(f"row {index}")
+        threads = [threading.Thread(target=shim_round, args=(f"parallel {index}",))
+                   for index in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        async def awaited():
+            async with aiovec.AsyncVectorEnv(fns, address="local") as envs:
+                await envs.reset(seed=0)
+                print("awaited", (await envs.step(np.array([1, 1])))[1].tolist(), flush=True)
+
+        anyio.run(awaited, backend="asyncio")
+        anyio.run(awaited, backend="trio")
+        assert ray.is_initialized()  # still the user's to shut down
+        ray.shutdown()
+    """)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    expected = [*(f"row {index} [1.0, 1.0]" for index in range(3)),
+                "parallel 0 [1.0, 1.0]", "parallel 1 [1.0, 1.0]",
+                "awaited [1.0, 1.0]", "awaited [1.0, 1.0]"]
+    assert sorted(finished.stdout.splitlines()) == sorted(expected)
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_without_a_runtime_or_without_ray_the_error_says_what_to_do() -> None:
