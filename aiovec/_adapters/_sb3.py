@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
     VecEnvIndices,
@@ -90,7 +91,8 @@ class SB3VecEnv(VecEnv):
         One hand-off to the shim's event loop: a wrong batch raises from ``step_wait``.
         """
         self._check_idle("step_async")
-        self._stepping = self.vector._loop.submit(self._async.step, actions)
+        batch = _batched(self.vector.single_action_space, actions, self.num_envs)
+        self._stepping = self.vector._loop.submit(self._async.step, batch)
 
     def step_wait(self) -> VecEnvStepReturn:
         """The batch, in SB3's form: obs, rewards, dones, and one info dict per sub-env."""
@@ -138,7 +140,10 @@ class SB3VecEnv(VecEnv):
             raise
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        """Set ``attr_name`` to ``value`` on each chosen sub-env (through its wrappers)."""
+        """Set ``attr_name`` to ``value`` on each chosen sub-env, where ``get_attr`` finds it:
+        through the wrappers (Gymnasium's ``set_wrapper_attr``), so the env itself sees a
+        changed setting. SB3's own VecEnvs set it on the outermost wrapper, which the env
+        below never sees."""
         self._check_idle("set_attr")
         self.vector._loop.run(self._async._set_attr_at, self._indices(indices), attr_name,
                               value)
@@ -177,11 +182,35 @@ class SB3VecEnv(VecEnv):
                 "step")
 
     def _indices(self, indices: VecEnvIndices) -> list[int]:
+        """SB3's indices: ``None`` (all), an int or an iterable of ints, negative ones
+        counting from the end as in a list."""
         if indices is None:
             return self._all_envs
-        if isinstance(indices, (int, np.integer)):
-            return [int(indices)]
-        return [int(index) for index in indices]
+        chosen = [indices] if isinstance(indices, (int, np.integer)) else indices
+        resolved = []
+        for index in chosen:
+            if not -self.num_envs <= int(index) < self.num_envs:
+                raise IndexError(f"sub-env index {index} is out of range for "
+                                 f"{self.num_envs} sub-envs")
+            resolved.append(int(index) % self.num_envs)
+        return resolved
+
+
+def _batched(space: gym.Space[Any], actions: Any, num_envs: int) -> Any:
+    """SB3 steps Dict and Tuple action spaces with one action per sub-env (a list of dicts
+    or of tuples): batched here as Gymnasium batches them. Batches pass unchanged."""
+    kind = dict if isinstance(space, gym.spaces.Dict) else (
+        tuple if isinstance(space, gym.spaces.Tuple) else None)
+    if kind is None or not isinstance(actions, (list, tuple, np.ndarray)):
+        return actions
+    if len(actions) != num_envs or not all(isinstance(action, kind) for action in actions):
+        return actions  # a batch (a tuple of per-part batches), or wrong: the check says why
+    try:
+        out: Any = create_empty_array(space, num_envs)
+        return concatenate(space, list(actions), out)
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise ValueError(f"actions: the {num_envs} per-sub-env actions do not fit {space}: "
+                         f"{error!r}") from None
 
 
 def _group_by_options(options: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[int]]]:
@@ -218,5 +247,8 @@ def _info_rows(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
                 rows[index][key] = nested[index]
         else:
             for index in present:
-                rows[index][key] = values[index]
+                value = values[index]
+                # Python numbers, as SB3's own VecEnvs pass them on (a Monitor's episode
+                # statistics are json.dumps-able): batching had made them numpy scalars.
+                rows[index][key] = value.item() if isinstance(value, np.generic) else value
     return rows

@@ -5,6 +5,7 @@ restarts through SB3's interface, SB3's vector wrappers on top, and a short PPO 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,13 @@ def assert_same_infos(actual: list[dict[str, Any]], expected: list[dict[str, Any
         for key, value in theirs.items():
             if key == "episode":  # Monitor's wall-clock "t" differs run to run
                 assert (mine[key]["r"], mine[key]["l"]) == (value["r"], value["l"])
+                # SB3's types, Python numbers: json.dumps takes them as it takes SB3's.
+                assert {name: type(item) for name, item in mine[key].items()} == \
+                    {name: type(item) for name, item in value.items()}
+                json.dumps(mine[key])
             else:
+                if not isinstance(value, np.ndarray):
+                    assert type(mine[key]) is type(value), (index, key, mine[key], value)
                 np.testing.assert_array_equal(mine[key], value, err_msg=f"env {index}, {key}")
 
 
@@ -143,6 +150,95 @@ def test_attributes_and_methods_reach_only_the_chosen_envs(no_orphans: None) -> 
     finally:
         vec_env.close()
         vec_env.close()  # a second close is a no-op
+
+
+def test_indices_count_from_the_end_as_in_sb3() -> None:
+    mine = SB3VecEnv([CountingEnv] * 3, backend="thread")
+    oracle = DummyVecEnv([CountingEnv] * 3)
+    try:
+        for vec_env in (mine, oracle):
+            vec_env.reset()
+            vec_env.set_attr("steps", 7, indices=-1)
+            vec_env.set_attr("steps", 5, indices=[-3])
+            assert vec_env.get_attr("steps") == [5, 0, 7]
+            assert vec_env.get_attr("steps", indices=range(-2, 0)) == [0, 7]
+            assert vec_env.env_method("step", 1, indices=np.array([-1]))[0][0].tolist() == [8, 1]
+        with pytest.raises(IndexError, match="index -4 is out of range for 3 sub-envs"):
+            mine.get_attr("steps", indices=-4)
+    finally:
+        mine.close()
+        oracle.close()
+
+
+class InnerSetting(gym.Wrapper[Any, Any, Any, Any]):
+    """A wrapper above an env with a ``bias`` setting its ``step`` reads."""
+
+
+class BiasedEnv(CountingEnv):
+    bias = 0.0
+
+    def step(self, action: int) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward + self.bias, terminated, truncated, info
+
+
+def test_set_attr_reaches_the_env_below_the_wrappers() -> None:
+    """The documented choice: set where ``get_attr`` finds it, so the env sees it (SB3's
+    DummyVecEnv sets it on the outer wrapper: get_attr reads it back, the env never sees it)."""
+    mine = SB3VecEnv([lambda: InnerSetting(BiasedEnv())] * 2, backend="thread")
+    oracle = DummyVecEnv([lambda: InnerSetting(BiasedEnv())] * 2)
+    try:
+        for vec_env in (mine, oracle):
+            vec_env.reset()
+            vec_env.set_attr("bias", 100.0, indices=[1])
+            assert vec_env.get_attr("bias") == [0.0, 100.0]
+        assert mine.step(np.ones(2, np.int64))[1].tolist() == [1.0, 101.0]
+        assert oracle.step(np.ones(2, np.int64))[1].tolist() == [1.0, 1.0]
+    finally:
+        mine.close()
+        oracle.close()
+
+
+class DictActionEnv(CountingEnv):
+    action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(3),
+                                    "aim": gym.spaces.Box(-1, 1, (2,), np.float32)})
+
+    def step(self, action: Any) -> Any:
+        obs, _, terminated, truncated, info = super().step(0)
+        return obs, float(action["move"]) + float(action["aim"].sum()), terminated, truncated, info
+
+
+class TupleActionEnv(CountingEnv):
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.MultiBinary(2)))
+
+    def step(self, action: Any) -> Any:
+        obs, _, terminated, truncated, info = super().step(0)
+        return obs, float(action[0]) + float(action[1].sum()), terminated, truncated, info
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_per_env_action_lists_for_dict_and_tuple_spaces(backend: str,
+                                                        no_orphans: None) -> None:
+    """SB3 steps these spaces with one action per sub-env: the same list gives the same
+    rewards as on DummyVecEnv."""
+    dict_actions = [{"move": 2, "aim": np.array([0.5, 0.25], np.float32)},
+                    {"move": 0, "aim": np.array([-1.0, 0.0], np.float32)}]
+    tuple_actions = [(1, np.array([1, 1], np.int8)), (2, np.array([0, 1], np.int8))]
+    for env_class, actions in ((DictActionEnv, dict_actions), (TupleActionEnv, tuple_actions)):
+        mine = SB3VecEnv([env_class] * 2, backend=backend)
+        oracle = DummyVecEnv([env_class] * 2)
+        try:
+            for vec_env in (mine, oracle):
+                vec_env.reset()
+            expected = oracle.step(actions)[1].tolist()
+            assert mine.step(actions)[1].tolist() == expected
+            assert expected in ([2.75, -1.0], [3.0, 3.0])
+            with pytest.raises(ValueError, match="per-sub-env actions do not fit"):
+                mine.step([actions[0], {"wrong": 1}] if env_class is DictActionEnv
+                          else [actions[0], (1,)])
+        finally:
+            mine.close()
+            oracle.close()
 
 
 def test_env_is_wrapped_sees_through_every_layer() -> None:
