@@ -103,6 +103,8 @@ class AsyncParallelVectorEnv:
         self._possible_agents: tuple[AgentID, ...] | None = None
         self._agent_observation_spaces: dict[AgentID, spaces.Space[Any]] = {}
         self._agent_action_spaces: dict[AgentID, spaces.Space[Any]] = {}
+        self._batched_observation_spaces: dict[AgentID, spaces.Space[Any]] = {}
+        self._batched_action_spaces: dict[AgentID, spaces.Space[Any]] = {}
         #: Which agents act in which sub-env on the next step (their actions are required).
         self._acting: AgentArrays = {}
         self._idle_actions: dict[AgentID, np.ndarray[Any, Any]] = {}
@@ -199,12 +201,22 @@ class AsyncParallelVectorEnv:
         return self._agent_action_spaces[self._known(agent)]
 
     def observation_space(self, agent: AgentID) -> spaces.Space[Any]:
-        """The batched observation space for ``agent``: ``num_envs`` rows."""
-        return batch_space(self.single_observation_space(agent), self.num_envs)
+        """The batched observation space for ``agent``: ``num_envs`` rows; the same object at
+        every call (PettingZoo's API requires it: its ``seed`` and ``sample`` keep state)."""
+        batched = self._batched_observation_spaces.get(agent)
+        if batched is None:
+            batched = batch_space(self.single_observation_space(agent), self.num_envs)
+            self._batched_observation_spaces[agent] = batched
+        return batched
 
     def action_space(self, agent: AgentID) -> spaces.Space[Any]:
-        """The batched action space for ``agent``: ``num_envs`` rows."""
-        return batch_space(self.single_action_space(agent), self.num_envs)
+        """The batched action space for ``agent``: ``num_envs`` rows; the same object at
+        every call, so ``action_space(agent).seed(s)`` fixes its later ``sample()``s."""
+        batched = self._batched_action_spaces.get(agent)
+        if batched is None:
+            batched = batch_space(self.single_action_space(agent), self.num_envs)
+            self._batched_action_spaces[agent] = batched
+        return batched
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -261,7 +273,8 @@ class AsyncParallelVectorEnv:
             result = await self._env.step(full_actions, timeout=timeout)
         except (SubEnvErrorGroup, EnvTimeoutError) as error:
             if error.partial_result is not None:
-                error.partial_result = self._unpack_step(error.partial_result)
+                error.partial_result = self._unpack_step(error.partial_result,
+                                                         failed=list(error.env_indices))
             raise
         return self._unpack_step(result)
 
@@ -276,20 +289,31 @@ class AsyncParallelVectorEnv:
         infos["active"] = active
         return self._ordered(packed["observations"]), infos
 
-    def _unpack_step(self, result: StepResult) -> MultiAgentStepResult:
+    def _unpack_step(self, result: StepResult, failed: Sequence[int] = ()) -> MultiAgentStepResult:
+        """The per-agent step result; ``failed`` sub-envs (of an error's ``partial_result``)
+        hold their last observation with reward 0 and no episode end, as single-agent ones.
+
+        The packed result of a failed or restarted sub-env is the last one it returned: its
+        rewards, ends and active mask belong to the step before, so they are replaced here.
+        The agents present at a cut are those still in the episode (acting), not those of
+        the last result, which may include one that ended in it.
+        """
         packed, _, terminated, truncated, infos = result
         rewards = self._ordered(packed["rewards"])
         terminations = self._ordered(packed["terminations"])
         truncations = self._ordered(packed["truncations"])
         active = self._ordered(packed["active"])
+        stale = np.zeros(self.num_envs, dtype=np.bool_)
+        stale[list(failed)] = True
         restarted = infos.get("_restart")
-        if restarted is not None and (cut := truncated & restarted).any():
-            # A restart cut these episodes: the last observations stand, as in the
-            # single-agent engine, and the agents present read as truncated with reward 0.
-            for agent in self._acting:
-                rewards[agent][cut] = 0.0
-                terminations[agent][cut] = False
-                truncations[agent][cut] = active[agent][cut]
+        cut = (truncated & restarted) if restarted is not None else np.zeros_like(stale)
+        if (stale | cut).any():
+            for agent, acting in self._acting.items():
+                rewards[agent][stale | cut] = 0.0
+                terminations[agent][stale | cut] = False
+                truncations[agent][stale] = False
+                truncations[agent][cut] = acting[cut]  # a restart cut their episode
+                active[agent][stale | cut] = acting[stale | cut]
         reset_next = self.autoreset_mode is AutoresetMode.NEXT_STEP
         for agent, acting in self._acting.items():
             np.logical_and(active[agent], ~(terminations[agent] | truncations[agent]), out=acting)

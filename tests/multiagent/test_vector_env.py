@@ -116,9 +116,16 @@ async def test_a_failing_sub_env_is_named_with_its_traceback(backend: str, no_le
         assert isinstance(error, aiovec.SubEnvError) and error.phase == "step"
         assert "arena failed in step 2" in error.remote_traceback
         # The healthy sub-envs' results, in the multi-agent layout.
-        obs, rewards, *_ = group.partial_result
+        obs, rewards, terminations, truncations, infos = group.partial_result
         assert obs["scout_0"][[0, 2], 1].tolist() == [2.0, 2.0]
         assert rewards["scout_1"][[0, 2]].tolist() == [-1.5, -1.5]
+        # The failed one keeps its last observation, with reward 0 and no episode end (its
+        # packed result is last step's: its rewards of -0.5 must not count twice).
+        assert obs["scout_0"][1, 1:].tolist() == [1.0, 1.0]
+        for agent in SCOUTS:
+            assert rewards[agent][1] == 0.0
+            assert not terminations[agent][1] and not truncations[agent][1]
+        assert infos["active"]["scout_0"].tolist() == [True, True, True]
         with pytest.raises(aiovec.ResetNeededError):
             await envs.step(scout_actions(3))
         await envs.reset(options={"reset_mask": np.array([False, True, False])})
@@ -145,6 +152,64 @@ async def test_a_dead_worker_is_restarted_and_its_agents_truncated(no_leaks: Non
         assert obs["scout_0"][:, 2].tolist() == [4, 0]
         assert infos["active"]["late"].tolist() == [True, False]
         assert envs.statistics().restarts == 1
+
+
+def _seed_where_scout_0_dies_first(health: int) -> tuple[int, int]:
+    """A seed for which, in a lone ``Arena(health=health)`` stepped with scout_0 pushing
+    hard (2) and scout_1 resting (0), scout_0 dies at some step while scout_1 lives on past
+    the next one: ``(seed, that step)``."""
+    for seed in range(200):
+        arena = Arena(health=health)
+        arena.reset(seed=seed)
+        for step in range(1, 10):
+            _, _, terminations, _, _ = arena.step({"scout_0": 2, "scout_1": 0})
+            if terminations.get("scout_0") and not terminations.get("scout_1"):
+                if "scout_1" in arena.agents:
+                    arena.step({"scout_1": 0})
+                    if "scout_1" in arena.agents:
+                        return seed, step
+                break
+            if terminations.get("scout_0") or terminations.get("scout_1"):
+                break
+    raise AssertionError("no such seed")
+
+
+@pytest.mark.parametrize("backend", ["inline", "process"])
+async def test_a_restart_truncates_only_the_agents_still_in_the_episode(
+        backend: str, no_leaks: None) -> None:
+    """scout_0 died a step before its sub-env failed and was restarted: only scout_1, still
+    in the episode, reads as present and truncated (scout_0 had read present and truncated
+    again)."""
+    seed, death = _seed_where_scout_0_dies_first(health=4)
+    env_fns = [functools.partial(Arena, health=4, fail_at=death + 1)]
+    async with aiovec.AsyncParallelVectorEnv(env_fns, backend=backend, restart=True) as envs:
+        await envs.reset(seed=seed)
+        actions = {"scout_0": np.array([2]), "scout_1": np.array([0])}
+        for _ in range(death):
+            _, _, terminations, _, infos = await envs.step(actions)
+        assert terminations["scout_0"].tolist() == [True]  # died here
+        _, rewards, terminations, truncations, infos = await envs.step({"scout_1": np.array([0])})
+        assert infos["_restart"].tolist() == [True]
+        assert truncations["scout_1"].tolist() == [True] and rewards["scout_1"][0] == 0.0
+        assert truncations["scout_0"].tolist() == [False]
+        assert terminations["scout_0"].tolist() == [False] and rewards["scout_0"][0] == 0.0
+        assert infos["active"]["scout_0"].tolist() == [False]
+        assert infos["active"]["scout_1"].tolist() == [True]
+
+
+async def test_spaces_are_the_same_objects_and_seed_their_samples() -> None:
+    """PettingZoo's API asks ``action_space(agent) is action_space(agent)``: seeding it then
+    fixes its samples (a new space per call had sampled the same batch every time)."""
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 4, backend="inline") as envs:
+        for agent in envs.possible_agents:
+            assert envs.action_space(agent) is envs.action_space(agent)
+            assert envs.observation_space(agent) is envs.observation_space(agent)
+        space = envs.action_space("scout_0")
+        space.seed(7)
+        first = [space.sample().tolist() for _ in range(5)]
+        assert len({tuple(sample) for sample in first}) > 1  # successive samples differ
+        space.seed(7)
+        assert [space.sample().tolist() for _ in range(5)] == first
 
 
 async def test_a_hung_sub_env_times_out_and_is_named(no_leaks: None) -> None:
