@@ -786,9 +786,10 @@ class ProcessBackend(Backend):
             os.close(self._lifeline[1])
             self._lifeline = None
 
-    def close_nowait(self) -> None:
+    def close_nowait(self, kill: int = signal.SIGKILL) -> None:
+        # ``kill`` is bound now: at interpreter exit (``__del__``) module globals may be gone.
         for worker in self._workers:
-            worker.process.signal(signal.SIGKILL)
+            worker.process.signal(kill)
             if self.loop is not None and not self.loop.is_closed():
                 with contextlib.suppress(Exception):
                     self.loop.remove_reader(worker.sock.fileno())

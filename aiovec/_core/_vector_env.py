@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import copy as _copy
 import enum
 import logging
 import math
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -143,6 +145,18 @@ def _check_timeout(timeout: float | None, what: str) -> float | None:
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
     return timeout
+
+
+#: Vector envs started and not closed yet: closed at interpreter exit, while the modules
+#: their teardown needs still exist (a ``__del__`` run later finds them half torn down).
+_running: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_left_running() -> None:
+    for envs in list(_running):
+        if not envs.closed:
+            envs._close_unclosed()
 
 
 class AsyncVectorEnv:
@@ -314,6 +328,7 @@ class AsyncVectorEnv:
         self._render_mode = descriptions[0].render_mode
         self._allocate_buffers(self._spaces, buffers)
         self._state = _State.RUNNING
+        _running.add(self)
 
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
@@ -389,14 +404,18 @@ class AsyncVectorEnv:
         """
         if self._state is not _State.CLOSED:
             self._state = _State.CLOSED
+            self._drop_buffers()  # else the shared memory stays mapped (and its descriptor)
             self._backend.close_nowait()
 
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
         if getattr(self, "_state", _State.CLOSED) not in (_State.CLOSED, _State.CREATED):
-            self.close_nowait()
-            warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",
-                          ResourceWarning, stacklevel=1)
+            self._close_unclosed()
+
+    def _close_unclosed(self) -> None:
+        self.close_nowait()  # first: the warning may be turned into an error
+        warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",
+                      ResourceWarning, stacklevel=1)
 
     @property
     def closed(self) -> bool:
