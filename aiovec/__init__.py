@@ -31,6 +31,7 @@ if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._make import make_vec as make_vec
     from aiovec._make import register_envs as register_envs
     from aiovec._multiagent._vector_env import AsyncParallelVectorEnv as AsyncParallelVectorEnv
+    from aiovec._multiagent._vector_env import ParallelStepBatch as ParallelStepBatch
     from aiovec._shim._parallel_vector_env import ParallelVectorEnv as ParallelVectorEnv
     from aiovec._shim._vector_env import VectorEnv as VectorEnv
 
@@ -47,6 +48,7 @@ __all__ = (
     "LatencySummary",
     "NotStartedError",
     "NothingSentError",
+    "ParallelStepBatch",
     "ParallelVectorEnv",
     "ResetNeededError",
     "RestartPolicy",
@@ -78,6 +80,7 @@ _LAZY = {
     "make_vec": "aiovec._make",
     "register_envs": "aiovec._make",
     "AsyncParallelVectorEnv": "aiovec._multiagent._vector_env",
+    "ParallelStepBatch": "aiovec._multiagent._vector_env",
     "ParallelVectorEnv": "aiovec._shim._parallel_vector_env",
     "VectorEnv": "aiovec._shim._vector_env",
 }

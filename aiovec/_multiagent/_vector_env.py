@@ -8,9 +8,9 @@ single-agent ones. This class only turns dicts of agents into the packed layout 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from aiovec._backends import ActorOptions
+from aiovec._core._first_ready import StepBatch
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._statistics import Statistics
 from aiovec._core._vector_env import (
@@ -26,16 +27,31 @@ from aiovec._core._vector_env import (
     AsyncVectorEnv,
     StepResult,
     Timeout,
+    _InFlight,
 )
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
 from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
 
-__all__ = ["AsyncParallelVectorEnv", "MultiAgentStepResult"]
+__all__ = ["AsyncParallelVectorEnv", "MultiAgentStepResult", "ParallelStepBatch"]
 
 AgentArrays = dict[AgentID, np.ndarray[Any, Any]]
 #: ``(observations, rewards, terminations, truncations, infos)``, each a dict of agents.
 MultiAgentStepResult = tuple[dict[AgentID, Any], AgentArrays, AgentArrays, AgentArrays,
                              dict[Any, Any]]
+
+
+
+class ParallelStepBatch(NamedTuple):
+    """What the multi-agent ``recv`` returns: each field a dict of agents (as ``step``'s),
+    row ``i`` for sub-env ``env_ids[i]``; unpacks like ``step``'s 5-tuple plus the ids."""
+
+    observations: dict[AgentID, Any]
+    rewards: AgentArrays
+    terminations: AgentArrays
+    truncations: AgentArrays
+    infos: dict[Any, Any]
+    env_ids: np.ndarray[Any, np.dtype[np.intp]]
+
 
 _BACKENDS = ("auto", "inline", "thread", "process", "ray")
 _MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED)
@@ -268,9 +284,16 @@ class AsyncParallelVectorEnv:
 
         Errors are the single-agent ones; their ``partial_result`` is in this layout too.
         """
-        full_actions = self._full_actions(actions)
+        return await self._finish_step(await self._submit_step(actions), timeout)
+
+    async def _submit_step(self, actions: Mapping[AgentID, Any]) -> _InFlight:
+        """Check and send a step (the shim's ``step_async``)."""
+        return await self._env._submit_step(self._full_actions(actions))
+
+    async def _finish_step(self, in_flight: _InFlight, timeout: Timeout) -> MultiAgentStepResult:
+        """Collect a step sent by ``_submit_step`` (the shim's ``step_wait``)."""
         try:
-            result = await self._env.step(full_actions, timeout=timeout)
+            result = await self._env._finish_step(in_flight, timeout)
         except (SubEnvErrorGroup, EnvTimeoutError) as error:
             if error.partial_result is not None:
                 error.partial_result = self._unpack_step(error.partial_result,
@@ -289,39 +312,79 @@ class AsyncParallelVectorEnv:
         infos["active"] = active
         return self._ordered(packed["observations"]), infos
 
-    def _unpack_step(self, result: StepResult, failed: Sequence[int] = ()) -> MultiAgentStepResult:
-        """The per-agent step result; ``failed`` sub-envs (of an error's ``partial_result``)
-        hold their last observation with reward 0 and no episode end, as single-agent ones.
+    def _unpack_step(self, result: StepResult | StepBatch, failed: Sequence[int] = (),
+                     env_ids: np.ndarray[Any, Any] | None = None) -> MultiAgentStepResult:
+        """The per-agent step result of every sub-env, or of ``env_ids`` (a ``recv`` batch,
+        row ``i`` for sub-env ``env_ids[i]``); ``failed`` sub-envs (of an error's
+        ``partial_result``) hold their last observation with reward 0 and no episode end, as
+        single-agent ones do.
 
         The packed result of a failed or restarted sub-env is the last one it returned: its
         rewards, ends and active mask belong to the step before, so they are replaced here.
         The agents present at a cut are those still in the episode (acting), not those of
         the last result, which may include one that ended in it.
         """
-        packed, _, terminated, truncated, infos = result
+        packed, _, terminated, truncated, infos = result[:5]
+        rows: Any = slice(None) if env_ids is None else env_ids
         rewards = self._ordered(packed["rewards"])
         terminations = self._ordered(packed["terminations"])
         truncations = self._ordered(packed["truncations"])
         active = self._ordered(packed["active"])
-        stale = np.zeros(self.num_envs, dtype=np.bool_)
-        stale[list(failed)] = True
+        stale = np.zeros(len(terminated), dtype=np.bool_)
+        if failed:
+            stale[[int(np.flatnonzero(env_ids == env_id)[0]) if env_ids is not None
+                   else env_id for env_id in failed
+                   if env_ids is None or env_id in env_ids]] = True
         restarted = infos.get("_restart")
         cut = (truncated & restarted) if restarted is not None else np.zeros_like(stale)
         if (stale | cut).any():
             for agent, acting in self._acting.items():
+                was = acting[rows]
                 rewards[agent][stale | cut] = 0.0
                 terminations[agent][stale | cut] = False
                 truncations[agent][stale] = False
-                truncations[agent][cut] = acting[cut]  # a restart cut their episode
-                active[agent][stale | cut] = acting[stale | cut]
+                truncations[agent][cut] = was[cut]  # a restart cut their episode
+                active[agent][stale | cut] = was[stale | cut]
         reset_next = self.autoreset_mode is AutoresetMode.NEXT_STEP
         for agent, acting in self._acting.items():
-            np.logical_and(active[agent], ~(terminations[agent] | truncations[agent]), out=acting)
+            now = np.logical_and(active[agent], ~(terminations[agent] | truncations[agent]))
             if reset_next:
-                acting &= ~(terminated | truncated)
+                now &= ~(terminated | truncated)
+            acting[rows] = now
         infos["active"] = active
         return (self._ordered(packed["observations"]), rewards, terminations, truncations,
                 infos)
+
+    # ------------------------------------------------------------------ first-ready batches
+
+    def send(self, actions: Mapping[AgentID, Any], env_ids: Any = None, *,
+             timeout: Timeout = USE_DEFAULT) -> None:
+        """Start stepping sub-envs ``env_ids`` (default: all) with ``{agent: one row per
+        sub-env of env_ids}`` and return at once; ``recv`` collects the first to finish.
+        As ``AsyncVectorEnv.send``: checked before anything is sent, ``timeout`` per sub-env.
+        """
+        ids = list(range(self.num_envs)) if env_ids is None else self._env._env_ids(env_ids)
+        self._env.send(self._full_actions(actions, ids), ids, timeout=timeout)
+
+    async def recv(self, *, batch_size: int | None = None) -> ParallelStepBatch:
+        """The per-agent results of the first ``batch_size`` sub-envs to finish since
+        ``send``; failures, timeouts and restarts as ``step`` reports them."""
+        try:
+            batch = await self._env.recv(batch_size=batch_size)
+        except (SubEnvErrorGroup, EnvTimeoutError) as error:
+            partial = error.partial_result
+            if isinstance(partial, StepBatch):
+                error.partial_result = ParallelStepBatch(
+                    *self._unpack_step(partial, list(error.env_indices), partial.env_ids),
+                    partial.env_ids)
+            raise
+        return ParallelStepBatch(*self._unpack_step(batch, env_ids=batch.env_ids),
+                                 batch.env_ids)
+
+    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[ParallelStepBatch]:
+        """``recv`` batches as they complete, until nothing sent is left to receive."""
+        while self._env._first_ready:
+            yield await self.recv(batch_size=batch_size)
 
     def _ordered(self, by_agent: dict[AgentID, Any]) -> dict[AgentID, Any]:
         """``by_agent`` in ``possible_agents`` order (spaces.Dict sorts its keys)."""
@@ -345,8 +408,10 @@ class AsyncParallelVectorEnv:
 
     # ------------------------------------------------------------------ actions
 
-    def _full_actions(self, actions: Mapping[AgentID, Any]) -> dict[AgentID, Any]:
-        """Every agent's batch: an agent acting nowhere may be left out (zeros stand in)."""
+    def _full_actions(self, actions: Mapping[AgentID, Any],
+                      env_ids: list[int] | None = None) -> dict[AgentID, Any]:
+        """Every agent's batch (for the sub-envs ``env_ids``, default all): an agent acting
+        in none of them may be left out (placeholders stand in)."""
         if not isinstance(actions, Mapping):
             raise TypeError(f"actions must be a dict of agents, got {type(actions).__name__}")
         unknown = [agent for agent in actions if agent not in self._acting]
@@ -356,13 +421,26 @@ class AsyncParallelVectorEnv:
         if len(actions) == len(self._acting):
             return dict(actions)
         full = dict(actions)
+        rows: Any = slice(None) if env_ids is None else env_ids
         for agent, acting in self._acting.items():
             if agent not in full:
-                if acting.any():
+                if acting[rows].any():
+                    where = np.flatnonzero(acting)
+                    if env_ids is not None:
+                        where = np.intersect1d(where, env_ids)
                     raise ValueError(f"actions: no actions for {agent!r}, which acts in "
-                                     f"sub-envs {np.flatnonzero(acting).tolist()}")
-                full[agent] = self._idle_actions[agent]
+                                     f"sub-envs {where.tolist()}")
+                full[agent] = _take_rows(self._idle_actions[agent], rows)
         return full
+
+
+def _take_rows(batch: Any, rows: Any) -> Any:
+    """Rows ``rows`` of a batch (an array, or a dict or tuple of them)."""
+    if isinstance(batch, dict):
+        return {key: _take_rows(value, rows) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_take_rows(value, rows) for value in batch)
+    return batch[rows]
 
 
 def _idle_batch(space: spaces.Space[Any], num_envs: int) -> Any:

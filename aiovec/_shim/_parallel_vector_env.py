@@ -11,15 +11,20 @@ from types import TracebackType
 from typing import Any
 
 from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends import ActorOptions
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import USE_DEFAULT, Timeout
+from aiovec._core._vector_env import USE_DEFAULT, Timeout, _InFlight
 from aiovec._exceptions import ClosedError
 from aiovec._multiagent._packing import AgentID, ParallelEnvFactory
-from aiovec._multiagent._vector_env import AsyncParallelVectorEnv, MultiAgentStepResult
+from aiovec._multiagent._vector_env import (
+    AsyncParallelVectorEnv,
+    MultiAgentStepResult,
+    ParallelStepBatch,
+)
 from aiovec._shim._portal import LoopThread
 
 __all__ = ["ParallelVectorEnv"]
@@ -56,6 +61,7 @@ class ParallelVectorEnv:
             start_method=start_method, address=address, actor_options=actor_options)
         self.num_envs = self._env.num_envs
         self.closed = False
+        self._stepping: _InFlight | None = None
         self._loop = LoopThread()
         try:
             self._loop.run(self._env.start)
@@ -118,7 +124,44 @@ class ParallelVectorEnv:
              timeout: Timeout = USE_DEFAULT) -> MultiAgentStepResult:
         """Step every sub-env with ``{agent: batch of actions}``."""
         self._check_open("step")
+        if self._stepping is not None:
+            raise AlreadyPendingCallError("Calling `step` while waiting for a pending call to "
+                                          "`step` to complete.", "step")
         return self._loop.run(self._env.step, actions, timeout=timeout)
+
+    def step_async(self, actions: Mapping[AgentID, Any]) -> None:
+        """Send the actions (checked first); collect the result with ``step_wait``."""
+        self._check_open("step_async")
+        if self._stepping is not None:
+            raise AlreadyPendingCallError("Calling `step_async` while waiting for a pending "
+                                          "call to `step` to complete.", "step")
+        self._stepping = self._loop.run(self._env._submit_step, actions)
+
+    def step_wait(self, timeout: float | None = None) -> MultiAgentStepResult:
+        """Wait for ``step_async``: ``timeout`` seconds at most (``None``: the vector env's
+        own deadline), then ``EnvTimeoutError``."""
+        self._check_open("step_wait")
+        if self._stepping is None:
+            raise NoAsyncCallError("Calling `step_wait` without any prior call to "
+                                   "`step_async`.", "step")
+        stepping, self._stepping = self._stepping, None
+        return self._loop.run(self._env._finish_step, stepping,
+                              USE_DEFAULT if timeout is None else timeout)
+
+    def send(self, actions: Mapping[AgentID, Any], env_ids: Any = None, *,
+             timeout: float | None = None) -> None:
+        """Start stepping sub-envs ``env_ids`` (default: all); see
+        ``AsyncParallelVectorEnv.send``."""
+        self._check_open("send")
+        self._loop.run(self._send, actions, env_ids, USE_DEFAULT if timeout is None else timeout)
+
+    async def _send(self, actions: Mapping[AgentID, Any], env_ids: Any, timeout: Timeout) -> None:
+        self._env.send(actions, env_ids, timeout=timeout)
+
+    def recv(self, *, batch_size: int | None = None) -> ParallelStepBatch:
+        """The first ``batch_size`` results to land; see ``AsyncParallelVectorEnv.recv``."""
+        self._check_open("recv")
+        return self._loop.run(self._env.recv, batch_size=batch_size)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of every ``ParallelEnv`` (or read it, if not callable)."""

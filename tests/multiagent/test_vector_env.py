@@ -10,6 +10,7 @@ import anyio
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from pettingzoo.utils.conversions import parallel_to_aec
 
@@ -286,3 +287,68 @@ async def test_the_sync_shim_steps_and_closes_twice() -> None:
     envs.close()  # again: nothing happens
     with pytest.raises(aiovec.ClosedError, match="cannot step"):
         envs.step(scout_actions(2))
+
+
+def _trajectories(results: list[tuple[Any, ...]], num_envs: int) -> list[list[Any]]:
+    """Each sub-env's sequence of (agent → obs row, reward, ends, active) from per-env rows."""
+    per_env: list[list[Any]] = [[] for _ in range(num_envs)]
+    for obs, rewards, terminations, truncations, infos, env_ids in results:
+        for row, env_id in enumerate(env_ids):
+            per_env[env_id].append({agent: (obs[agent][row].tolist(), float(rewards[agent][row]),
+                                            bool(terminations[agent][row]),
+                                            bool(truncations[agent][row]),
+                                            bool(infos["active"][agent][row]))
+                                    for agent in obs})
+    return per_env
+
+
+def _constant_actions(envs: Any, rows: int) -> dict[str, Any]:
+    return {"scout_0": np.full(rows, 1), "scout_1": np.full(rows, 2),
+            "late": np.full((rows, 2), 0.5, dtype=np.float32)}
+
+
+@pytest.mark.parametrize("backend", ["inline", "thread", "process"])
+async def test_first_ready_batches_equal_full_steps_per_sub_env(backend: str,
+                                                                no_leaks: None) -> None:
+    """send/recv/batches in batches of 1 give every sub-env the trajectory full-batch steps
+    give it (autoresets, dead and spawning agents included), with ``env_ids`` saying whose."""
+    steps = 30
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 3, backend="inline") as reference:
+        await reference.reset(seed=5)
+        expected = []
+        for _ in range(steps):
+            result = await reference.step(_constant_actions(reference, 3))
+            expected.append((*result, np.arange(3)))
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 3, backend=backend,
+                                             num_workers=3 if backend == "process" else None
+                                             ) as envs:
+        await envs.reset(seed=5)
+        received = []
+        sent = dict.fromkeys(range(3), 1)
+        envs.send(_constant_actions(envs, 3))
+        async for batch in envs.batches(batch_size=1):
+            assert isinstance(batch, aiovec.ParallelStepBatch) and len(batch.env_ids) == 1
+            received.append(tuple(batch))
+            env_id = int(batch.env_ids[0])
+            if sent[env_id] < steps:
+                sent[env_id] += 1
+                envs.send({agent: rows[:1] for agent, rows in
+                           _constant_actions(envs, 1).items()}, [env_id])
+    assert _trajectories(received, 3) == _trajectories(expected, 3)
+
+
+def test_the_sync_shim_has_two_phase_steps_and_first_ready_batches() -> None:
+    with aiovec.ParallelVectorEnv([Arena] * 2, backend="thread") as envs:
+        envs.reset(seed=0)
+        envs.step_async(scout_actions(2))
+        with pytest.raises(AlreadyPendingCallError):
+            envs.step_async(scout_actions(2))
+        obs, *_ = envs.step_wait()
+        assert obs["scout_0"][:, 2].tolist() == [1, 1]
+        with pytest.raises(NoAsyncCallError):
+            envs.step_wait()
+        envs.send(scout_actions(1), [1])
+        batch = envs.recv()
+        assert batch.env_ids.tolist() == [1] and batch.observations["scout_0"][0, 2] == 2
+        obs, *_ = envs.step(scout_actions(2))
+        assert obs["scout_0"][:, 2].tolist() == [2, 3]
