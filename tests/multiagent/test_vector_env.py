@@ -214,15 +214,21 @@ async def test_spaces_are_the_same_objects_and_seed_their_samples() -> None:
 
 
 async def test_a_hung_sub_env_times_out_and_is_named(no_leaks: None) -> None:
-    env_fns = [Arena, functools.partial(Arena, hang_at=1)]
+    env_fns = [Arena, functools.partial(Arena, hang_at=2)]
     async with aiovec.AsyncParallelVectorEnv(env_fns, backend="process", num_workers=2,
                                              timeout=1.0) as envs:
         await envs.reset(seed=0)
+        _, rewards, *_ = await envs.step(scout_actions(2))
+        assert rewards["scout_0"].tolist() == [-0.5, -0.5]
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             await envs.step(scout_actions(2))
         assert caught.value.env_indices == (1,)
-        obs, *_ = caught.value.partial_result
-        assert obs["scout_0"][0, 2] == 1  # the punctual sub-env's step is kept
+        obs, rewards, terminations, truncations, _ = caught.value.partial_result
+        assert obs["scout_0"][0, 2] == 2  # the punctual sub-env's step is kept
+        for agent in SCOUTS:  # the late one: its last observation, reward 0 (not last
+            # step's -0.5 again), no episode end
+            assert obs[agent][1, 2] == 1 and rewards[agent][1] == 0.0
+            assert not terminations[agent][1] and not truncations[agent][1]
 
 
 async def test_a_cancelled_step_leaves_the_env_usable_after_reset(no_leaks: None) -> None:
