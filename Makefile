@@ -45,7 +45,7 @@ $(RLLIB_STAMP):
 	$(PYTHON) -m venv $(RLLIB_VENV)
 	$(RLLIB_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(RLLIB_VENV)/bin/python -m pip install --quiet torch==2.13.0 'ray[rllib]==2.60.0' \
-		pytest pytest-timeout -e .
+		pytest pytest-timeout pytest-asyncio -e .
 	rm -f $(RLLIB_VENV)/.installed-*
 	touch $(RLLIB_STAMP)
 
