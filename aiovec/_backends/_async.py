@@ -24,10 +24,11 @@ import anyio.to_thread
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Arrivals, Backend, Pending, Remade
+from aiovec._backends._autoreset import Autoreset
 from aiovec._core._async_env import is_async_env
+from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
-from aiovec._core._slot import CallRequest, EnvDescription, Failure, Op
+from aiovec._core._requests import CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
 
@@ -44,16 +45,15 @@ class _Cancellable(Protocol):
 class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset_mode", "busy", "cleanups", "discarded", "env", "env_index", "jobs",
-                 "needs_reset", "running", "step_timer", "task")
+    __slots__ = ("autoreset", "busy", "cleanups", "discarded", "env", "env_index", "jobs",
+                 "running", "step_timer", "task")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
                  step_timer: Callable[[float], None], cleanups: CleanupTally) -> None:
         self.env_index = env_index
         self.cleanups = cleanups
-        self.autoreset_mode = autoreset_mode
+        self.autoreset = Autoreset(autoreset_mode)
         self.env: Any = None
-        self.needs_reset = False
         self.step_timer = step_timer
         #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
         self.jobs: collections.deque[_Job] = collections.deque()
@@ -75,7 +75,7 @@ class _AsyncSlot:
                 "function: the async backend runs aiovec.AsyncEnv-style envs; use "
                 "backend='thread' or 'process' for plain gymnasium envs")
         self.env = env
-        self.needs_reset = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self.autoreset.made()
         return EnvDescription(env.observation_space, env.action_space,
                               dict(getattr(env, "metadata", {})),
                               getattr(env, "render_mode", None))
@@ -87,7 +87,7 @@ class _AsyncSlot:
 
     async def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> Any:
         seed, options = request
-        self.needs_reset = False
+        self.autoreset.explicitly_reset()
         env = self._live_env()
         obs, info = await env.reset(seed=seed, options=options)
         return obs, info, getattr(env, "np_random_seed", None)
@@ -97,18 +97,14 @@ class _AsyncSlot:
         started = time.perf_counter()
         try:
             env = self._live_env()
-            if self.needs_reset:
-                self.needs_reset = False
+            if self.autoreset.reset_instead_of_step():
                 obs, info = await env.reset()
                 return obs, 0.0, False, False, info, None
             obs, reward, terminated, truncated, info = await env.step(action)
-            if terminated or truncated:
-                if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-                    self.needs_reset = True
-                elif self.autoreset_mode is AutoresetMode.SAME_STEP:
-                    final = {"final_obs": obs, "final_info": info}
-                    obs, info = await env.reset()
-                    return obs, reward, terminated, truncated, info, final
+            if self.autoreset.reset_now(terminated, truncated):
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = await env.reset()
+                return obs, reward, terminated, truncated, info, final
             return obs, reward, terminated, truncated, info, None
         finally:
             self.step_timer(started)

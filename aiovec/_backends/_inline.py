@@ -14,8 +14,9 @@ import anyio.lowlevel
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import Arrivals, Backend, Pending, Remade
-from aiovec._core._slot import EnvSlot, Op
+from aiovec._backends._slot import EnvSlot
+from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._requests import Op, Remade
 from aiovec._core._statistics import LatencyLog
 
 __all__ = ["InlineBackend"]

@@ -10,7 +10,7 @@ import pickle
 import traceback
 from typing import Any
 
-from aiovec._core._slot import Failure
+from aiovec._core._requests import Failure
 from aiovec._exceptions import SerializationError
 
 __all__ = ["picklable", "portable"]

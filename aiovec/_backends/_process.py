@@ -34,14 +34,7 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import (
-    Arrivals,
-    Backend,
-    BatchBuffers,
-    Pending,
-    Remade,
-    workers_within,
-)
+from aiovec._backends._base import workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._forkserver import ForkServer
 from aiovec._backends._forkserver import available as fork_server_available
@@ -52,11 +45,12 @@ from aiovec._backends._shared_memory import (
     BlockLayout,
     map_block,
     open_block,
-    read_row,
     same_dtypes,
     write_rows,
 )
-from aiovec._core._slot import Failure, Op
+from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._observations import read_row
+from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
 

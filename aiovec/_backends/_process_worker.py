@@ -40,8 +40,9 @@ from aiovec._backends._shared_memory import (
     row_writer,
     write_row,
 )
+from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
-from aiovec._core._slot import EnvSlot, Failure, Op
+from aiovec._core._requests import Failure, Op
 
 __all__ = ["main", "worker_main"]
 

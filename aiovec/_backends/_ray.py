@@ -34,19 +34,13 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import RayActorError
 
-from aiovec._backends import ActorOptions
-from aiovec._backends._base import (
-    Arrivals,
-    Backend,
-    BatchBuffers,
-    Pending,
-    Remade,
-    workers_within,
-)
-from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._backends._base import workers_within
 from aiovec._backends._ray_actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._backends._registrations import export_registrations
-from aiovec._core._slot import Failure, Op
+from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
+from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
 

@@ -23,8 +23,9 @@ from aiovec._backends._keeper import start_keeper
 from aiovec._backends._portable import picklable, portable
 from aiovec._backends._process_tree import OWNER_VARIABLE, StartedProcesses, become_subreaper
 from aiovec._backends._registrations import install_registrations
+from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
-from aiovec._core._slot import EnvSlot, Failure, Op
+from aiovec._core._requests import Failure, Op
 
 __all__ = ["EnvHost", "StackedSteps", "Tallied", "unstack"]
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from aiovec._core._observations import read_row
 from aiovec._core._statistics import RING_SIZE, LatencyLog
 
 __all__ = ["BlockLayout", "SpaceLayout", "open_block"]
@@ -187,15 +188,6 @@ def write_row(views: Any, env_index: int, value: Any) -> None:
     else:
         for child, item in zip(views, value):
             write_row(child, env_index, item)
-
-
-def read_row(views: Any, env_index: int) -> Any:
-    """A private copy of row ``env_index`` of a (tree of) batched views, as a sub-env's value."""
-    if isinstance(views, np.ndarray):
-        return views[env_index].copy()
-    if isinstance(views, dict):
-        return {key: read_row(child, env_index) for key, child in views.items()}
-    return tuple(read_row(child, env_index) for child in views)
 
 
 def same_dtypes(views: Any, batch: Any) -> bool:

@@ -19,10 +19,11 @@ import anyio.to_thread
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import NO_REPLY, Arrivals, Backend, Pending, Remade
-from aiovec._backends._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._backends._slot import EnvSlot
+from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import run_cleanups, take_cleanups
-from aiovec._core._slot import EnvSlot, Failure, Op
+from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._core._requests import NO_REPLY, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
 

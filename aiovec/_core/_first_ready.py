@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aiovec._backends._base import NO_REPLY, Arrivals, Pending
+from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._requests import NO_REPLY
 
 __all__ = ["FirstReady", "Restarted", "StepBatch"]
 

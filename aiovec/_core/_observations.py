@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["copy_observations", "take_rows"]
+__all__ = ["copy_observations", "read_row", "take_rows"]
 
 
 def copy_observations(observations: Any) -> Any:
@@ -32,3 +32,12 @@ def take_rows(observations: Any, rows: np.ndarray[Any, np.dtype[np.intp]]) -> An
     if isinstance(observations, dict):
         return {key: take_rows(value, rows) for key, value in observations.items()}
     return tuple(take_rows(value, rows) for value in observations)
+
+
+def read_row(views: Any, env_index: int) -> Any:
+    """A private copy of row ``env_index`` of a (tree of) batched views, as a sub-env's value."""
+    if isinstance(views, np.ndarray):
+        return views[env_index].copy()
+    if isinstance(views, dict):
+        return {key: read_row(child, env_index) for key, child in views.items()}
+    return tuple(read_row(child, env_index) for child in views)

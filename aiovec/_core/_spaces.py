@@ -11,7 +11,7 @@ from gymnasium.spaces import Dict, Tuple
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from aiovec._core._slot import EnvDescription
+from aiovec._core._requests import EnvDescription
 
 __all__ = ["ObservationMode", "VectorSpaces", "resolve_spaces"]
 

@@ -14,10 +14,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RING_SIZE", "LatencyLog", "LatencySummary", "Statistics"]
+__all__ = ["RING_SIZE", "Counters", "LatencyLog", "LatencySummary", "Statistics"]
 
 #: How many of its most recent steps each sub-env's latency summary covers.
 RING_SIZE = 256
+
+
+@dataclass
+class Counters:
+    """The running counts behind ``Statistics`` (see there for what each counts)."""
+
+    steps: int = 0
+    resets: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    restarts: int = 0
 
 
 @dataclass(frozen=True)

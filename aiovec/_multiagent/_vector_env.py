@@ -17,18 +17,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from aiovec._backends import ActorOptions
 from aiovec._core._first_ready import StepBatch
+from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout
 from aiovec._core._restart import RestartPolicy
+from aiovec._core._selection import ActorOptions
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import (
-    START_TIMEOUT,
-    USE_DEFAULT,
-    AsyncVectorEnv,
-    StepResult,
-    Timeout,
-    _InFlight,
-)
+from aiovec._core._vector_env import AsyncVectorEnv, StepResult
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
 from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
 
@@ -286,11 +280,11 @@ class AsyncParallelVectorEnv:
         """
         return await self._finish_step(await self._submit_step(actions), timeout)
 
-    async def _submit_step(self, actions: Mapping[AgentID, Any]) -> _InFlight:
+    async def _submit_step(self, actions: Mapping[AgentID, Any]) -> InFlight:
         """Check and send a step (the shim's ``step_async``)."""
         return await self._env._submit_step(self._full_actions(actions))
 
-    async def _finish_step(self, in_flight: _InFlight, timeout: Timeout) -> MultiAgentStepResult:
+    async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> MultiAgentStepResult:
         """Collect a step sent by ``_submit_step`` (the shim's ``step_wait``)."""
         try:
             result = await self._env._finish_step(in_flight, timeout)

@@ -14,10 +14,10 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends import ActorOptions
+from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._restart import RestartPolicy
+from aiovec._core._selection import ActorOptions
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import USE_DEFAULT, Timeout, _InFlight
 from aiovec._exceptions import ClosedError
 from aiovec._multiagent._packing import AgentID, ParallelEnvFactory
 from aiovec._multiagent._vector_env import (
@@ -61,7 +61,7 @@ class ParallelVectorEnv:
             start_method=start_method, address=address, actor_options=actor_options)
         self.num_envs = self._env.num_envs
         self.closed = False
-        self._stepping: _InFlight | None = None
+        self._stepping: InFlight | None = None
         self._loop = LoopThread()
         try:
             self._loop.run(self._env.start)

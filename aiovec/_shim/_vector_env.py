@@ -19,19 +19,13 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
-from aiovec._backends import ActorOptions
 from aiovec._core._first_ready import StepBatch
+from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._restart import RestartPolicy
+from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import ObservationMode
 from aiovec._core._statistics import Statistics
-from aiovec._core._vector_env import (
-    USE_DEFAULT,
-    AsyncVectorEnv,
-    EnvFactory,
-    StepResult,
-    Timeout,
-    _InFlight,
-)
+from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory, StepResult
 from aiovec._exceptions import ClosedError
 from aiovec._shim._portal import LoopThread
 
@@ -106,7 +100,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         self.observation_mode = observation_mode
         self.autoreset_mode = self._env.autoreset_mode
         self._waiting = _Waiting.NOTHING
-        self._in_flight: _InFlight | None = None
+        self._in_flight: InFlight | None = None
         self._loop = LoopThread()
         try:
             self._loop.run(self._env.start)
@@ -279,7 +273,7 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
                 self._waiting.value,
             )
 
-    def _end(self, expected: _Waiting, method: str, starter: str) -> _InFlight:
+    def _end(self, expected: _Waiting, method: str, starter: str) -> InFlight:
         if self.closed:
             raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to "
                               f"`close()` (calling `{method}`).")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import aiovec
-from aiovec._backends import resolve_backend_name
+from aiovec._core._selection import resolve_backend_name
 from aiovec.testing import CountingEnv
 from tests.envs import (
     FifoStepEnv,

@@ -485,3 +485,22 @@ async def test_a_sub_env_given_up_on_gives_its_concurrency_permit_back(
         assert batch.observations[batch.env_ids != 0, 0].tolist() == [1.0, 1.0]
         with anyio.fail_after(5):
             await envs.reset()  # the remake of sub-env 0 gets a permit too
+
+
+@backends
+async def test_a_step_after_first_ready_episode_ends_needs_a_reset(backend: str) -> None:
+    """Autoreset off: sub-envs whose episode ended in a ``recv`` batch cannot then be stepped
+    by a full ``step`` either, even after earlier full steps had found every sub-env ready."""
+    make = functools.partial(EpisodeEnv, min_length=2, max_length=2, terminate_probability=0.0)
+    async with aiovec.AsyncVectorEnv([factory(backend, make)] * 2, backend=backend,
+                                     autoreset_mode=AutoresetMode.DISABLED) as envs:
+        await envs.reset(seed=1)
+        await envs.step(envs.action_space.sample())  # every sub-env was ready: step 1 of 2
+        envs.send(envs.action_space.sample())
+        batch = await envs.recv(batch_size=2)
+        assert batch.truncations.all()  # step 2 of 2
+        with pytest.raises(aiovec.ResetNeededError, match="need a reset"):
+            await envs.step(envs.action_space.sample())
+        assert envs.unusable_envs == (0, 1)
+        await envs.reset(seed=2)
+        await envs.step(envs.action_space.sample())

@@ -9,79 +9,32 @@ in the sub-env: it returns a ``Failure`` that the caller turns into ``SubEnvErro
 from __future__ import annotations
 
 import contextlib
-import enum
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._autoreset import Autoreset
 from aiovec._core._async_env import CoroutineEnvError, is_async_env
 from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
+from aiovec._core._requests import (
+    CallRequest,
+    EnvDescription,
+    Failure,
+    Op,
+    ResetOutcome,
+    StepOutcome,
+)
 
-__all__ = [
-    "CallRequest", "EnvDescription", "EnvSlot", "Failure", "Op", "ResetOutcome", "StepOutcome",
-]
-
-# What a sub-env step hands back: obs, reward, terminated, truncated, info, and for a
-# same-step autoreset the ``{"final_obs": ..., "final_info": ...}`` entry (else ``None``).
-StepOutcome = tuple[Any, Any, bool, bool, dict[str, Any], "dict[str, Any] | None"]
-
-
-# What an explicit reset hands back: obs, info, and the env's ``np_random_seed`` afterwards.
-ResetOutcome = tuple[Any, dict[str, Any], "int | None"]
-
-# What a call asks of one sub-env: an attribute or method name, or a function taking the env
-# first (it must pickle for the process and Ray backends); then the call's arguments.
-CallRequest = tuple["str | Callable[..., Any]", tuple[Any, ...], dict[str, Any]]
-
-
-class Op(enum.Enum):
-    """The requests a sub-env host serves; the value is the phase named in errors."""
-
-    MAKE = "make"
-    RESET = "reset"
-    STEP = "step"
-    CALL = "call"
-    SET_ATTR = "set_attr"
-    CLOSE = "close"
-
-
-@dataclass(frozen=True)
-class EnvDescription:
-    """What the parent needs to know about a freshly made sub-env."""
-
-    observation_space: gym.Space[Any]
-    action_space: gym.Space[Any]
-    metadata: dict[str, Any]
-    render_mode: str | None
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A sub-env raised while serving a request (a reply, not an exception)."""
-
-    env_index: int
-    phase: str
-    exception: BaseException | None
-    description: str
-    traceback: str
-
-    @classmethod
-    def capture(cls, env_index: int, phase: str, exception: BaseException) -> Failure:
-        """Record ``exception``, currently being handled, with its formatted traceback."""
-        text = "".join(traceback.format_exception(type(exception), exception,
-                                                  exception.__traceback__))
-        return cls(env_index, phase, exception, f"{type(exception).__name__}: {exception}", text)
+__all__ = ["EnvSlot"]
 
 
 class EnvSlot:
     """Hosts sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset_mode", "cleanups", "env", "env_index", "needs_reset", "step_timer")
+    __slots__ = ("autoreset", "cleanups", "env", "env_index", "step_timer")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
                  step_timer: Callable[[float], None] | None = None,
@@ -89,10 +42,8 @@ class EnvSlot:
         self.env_index = env_index
         #: Where the sub-env's registered cleanups are counted (see ``_cleanups``).
         self.cleanups = cleanups or CleanupTally()
-        self.autoreset_mode = autoreset_mode
+        self.autoreset = Autoreset(autoreset_mode)
         self.env: gym.Env[Any, Any] | None = None
-        # Next-step autoreset: the episode ended on the previous step, so this step resets.
-        self.needs_reset = False
         #: Called with the step's start time (``time.perf_counter``) after each step.
         self.step_timer = step_timer
 
@@ -116,9 +67,7 @@ class EnvSlot:
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
         self.env = env
-        # A fresh env in next-step mode starts its first episode on its next step, exactly as
-        # after an episode end (the core refuses steps before the first explicit reset).
-        self.needs_reset = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        self.autoreset.made()
         return EnvDescription(env.observation_space, env.action_space,
                               dict(env.metadata), env.render_mode)
 
@@ -129,7 +78,7 @@ class EnvSlot:
 
     def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> ResetOutcome:
         seed, options = request
-        self.needs_reset = False
+        self.autoreset.explicitly_reset()
         env = self._live_env()
         obs, info = env.reset(seed=seed, options=options)
         return obs, info, env.np_random_seed
@@ -145,18 +94,14 @@ class EnvSlot:
 
     def _step_untimed(self, action: Any) -> StepOutcome:
         env = self._live_env()
-        if self.needs_reset:
-            self.needs_reset = False
+        if self.autoreset.reset_instead_of_step():
             obs, info = env.reset()
             return obs, 0.0, False, False, info, None
         obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-                self.needs_reset = True
-            elif self.autoreset_mode is AutoresetMode.SAME_STEP:
-                final = {"final_obs": obs, "final_info": info}
-                obs, info = env.reset()
-                return obs, reward, terminated, truncated, info, final
+        if self.autoreset.reset_now(terminated, truncated):
+            final = {"final_obs": obs, "final_info": info}
+            obs, info = env.reset()
+            return obs, reward, terminated, truncated, info, final
         return obs, reward, terminated, truncated, info, None
 
     def _call(self, request: CallRequest | None) -> Any:

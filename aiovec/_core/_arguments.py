@@ -1,0 +1,43 @@
+"""Checks of the caller's arguments, made before anything is sent: a clear error that names
+the argument (seeds and options are checked in ``_seeding``, actions in ``_actions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_count", "check_env_fns", "check_timeout"]
+
+
+def check_env_fns(env_fns: Any) -> None:
+    """A non-empty sequence of callables that make envs."""
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+        raise TypeError(f"env_fns must be a sequence of callables, got {type(env_fns)}")
+    if not env_fns:
+        raise ValueError("env_fns is empty: a vector env needs at least one sub-env")
+    for index, env_fn in enumerate(env_fns):
+        if not callable(env_fn):
+            raise TypeError(
+                f"env_fns[{index}] is {type(env_fn).__name__}, not a callable that makes "
+                "an env (pass `lambda: gym.make(...)`, not `gym.make(...)`)"
+            )
+
+
+def check_count(value: int | None, what: str, maximum: int | None = None) -> int | None:
+    """A positive int (at most ``maximum``) or ``None``; else ``ValueError`` naming ``what``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} must be a positive int or None, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be at most num_envs={maximum}, got {value}")
+    return int(value)
+
+
+def check_timeout(timeout: float | None, what: str) -> float | None:
+    """A positive number of seconds or ``None``; else ``ValueError`` naming ``what``."""
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
+    return timeout

@@ -1,0 +1,231 @@
+"""The small interface every backend implements, and the in-flight request it returns.
+
+A backend hosts the sub-envs somewhere (the event loop's thread, dedicated threads, worker
+processes, …) and serves ``Op`` requests on them. It knows nothing about batching, seeding or
+info merging: the async core does that, once, for every backend.
+
+A request is fire-and-forget (``submit`` never blocks); its ``Pending`` collects the replies,
+in any order, from any thread. Replies to a request that nobody awaits any more (the caller
+was cancelled or timed out) land in that request's own ``Pending`` and are dropped with it, so a
+late reply can never be taken for the answer to a newer request.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import anyio
+import anyio.lowlevel
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from aiovec._core._cleanups import CleanupTally
+from aiovec._core._loop_wakeup import ThreadsafeCaller
+from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op, Remade
+from aiovec._core._spaces import VectorSpaces
+from aiovec._core._statistics import LatencyLog
+
+__all__ = ["Arrivals", "Backend", "Pending"]
+
+
+class Arrivals:
+    """Where first-ready requests announce each reply as it lands, so that ``recv`` wakes
+    once, when enough have landed, however many requests and threads deliver them."""
+
+    __slots__ = ("_event", "_lock", "_target", "_wake", "landed")
+
+    def __init__(self, wake: ThreadsafeCaller | None = None) -> None:
+        #: ``(request, position)`` of every reply landed and not yet taken, in landing order.
+        self.landed: collections.deque[tuple[Pending, int]] = collections.deque()
+        self._lock = threading.Lock()
+        self._target = math.inf
+        self._event: anyio.Event | None = None
+        self._wake = wake
+
+    def land(self, pending: Pending, position: int) -> None:
+        """A reply landed (called in the event loop's thread)."""
+        self.landed.append((pending, position))
+        if len(self.landed) >= self._target and self._event is not None:
+            self._event.set()
+
+    def land_from_thread(self, pending: Pending, position: int) -> None:
+        """A reply landed (called in any other thread): wakes the loop only when enough have."""
+        with self._lock:
+            self.landed.append((pending, position))
+            event = self._event if len(self.landed) >= self._target else None
+            if event is not None:
+                self._event, self._target = None, math.inf
+        if event is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                self._wake(event.set)
+
+    async def wait(self, count: int) -> None:
+        """Return once at least ``count`` replies are waiting in ``landed`` (cancellable)."""
+        with self._lock:
+            if len(self.landed) >= count:
+                event = None
+            else:
+                event = self._event = anyio.Event()
+                self._target = count
+        if event is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        try:
+            await event.wait()
+        finally:
+            with self._lock:
+                if self._event is event:
+                    self._event, self._target = None, math.inf
+
+    def wake(self) -> None:
+        """Wake the waiting ``recv`` now (the vector env is closing)."""
+        if self._event is not None:
+            self._event.set()
+
+
+class Pending(abc.ABC):
+    """Replies to one request, one per addressed sub-env, in the order of ``env_indices``.
+
+    A first-ready request (``arrivals`` set) also announces each reply there as it lands.
+    """
+
+    __slots__ = ("arrivals", "env_indices", "op", "replies")
+
+    #: False while the request provably reached no sub-env (so cancelling it changed nothing).
+    started: bool = True
+
+    def __init__(self, op: Op, env_indices: Sequence[int],
+                 arrivals: Arrivals | None = None) -> None:
+        self.op = op
+        self.env_indices = tuple(env_indices)
+        self.replies: list[Any] = [NO_REPLY] * len(self.env_indices)
+        self.arrivals = arrivals
+
+    @abc.abstractmethod
+    async def wait(self) -> None:
+        """Return once every addressed sub-env has replied (cancellable)."""
+
+    def abort(self) -> None:
+        """Wake the task waiting on this request now (the vector env is closing).
+
+        Backends whose closing fails every outstanding request anyway need do nothing.
+        """
+        return
+
+    def failures(self) -> list[Failure]:
+        """The replies that are failures, in sub-env order."""
+        return [reply for reply in self.replies if type(reply) is Failure]
+
+    def unanswered(self) -> list[int]:
+        """The indices of the sub-envs that still owe a reply."""
+        return [index for index, reply in zip(self.env_indices, self.replies)
+                if reply is NO_REPLY]
+
+
+class Backend(abc.ABC):
+    """Hosts ``len(env_fns)`` sub-envs and serves requests on them.
+
+    Replies to ``Op.STEP`` are ``StepOutcome`` tuples and to ``Op.RESET`` ``ResetOutcome``,
+    unless ``attach`` returned ``BatchBuffers`` (see there). Any reply may be a ``Failure``.
+    """
+
+    name: ClassVar[str]
+    #: True when the sub-envs live in this process, so their objects can be read directly.
+    in_process: ClassVar[bool]
+    #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
+    takes_action_batches: bool = False
+    #: Each sub-env's recent step durations, once started.
+    latencies: LatencyLog | None = None
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        autoreset_mode: AutoresetMode,
+        **options: Any,
+    ) -> None:
+        if options:
+            raise TypeError(f"the {self.name} backend takes no options {sorted(options)}")
+        self.env_fns = list(env_fns)
+        self.num_envs = len(self.env_fns)
+        self.autoreset_mode = autoreset_mode
+        #: Processes the sub-envs had started that were ended when their sub-env closed,
+        #: restarted or died (backends that isolate process trees).
+        self.descendants_reaped = 0
+        #: The sub-envs' registered cleanups run and failed (see ``_core._cleanups``).
+        self.cleanups = CleanupTally()
+
+    @abc.abstractmethod
+    async def start(self) -> Pending:
+        """Make every sub-env (``Op.MAKE``); the replies are ``EnvDescription`` or ``Failure``."""
+
+    async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        """Called once the spaces are known; in-place backends return their buffers."""
+        return None
+
+    @abc.abstractmethod
+    def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
+               arrivals: Arrivals | None = None) -> Pending:
+        """Send ``op`` to each sub-env in ``env_indices`` with its payload; never blocks.
+
+        ``payloads`` is one per sub-env, or for ``Op.STEP`` on a backend that
+        ``takes_action_batches``, the checked batch of their actions (in ``env_indices``
+        order). With ``arrivals``, every reply is also announced there as it lands.
+        """
+
+    async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
+        """Return once ``count`` replies of first-ready requests have landed (cancellable).
+
+        Backends whose replies need the waiting task to do the work (read sockets, run the
+        sub-envs) override this.
+        """
+        await arrivals.wait(count)
+
+    def lost_envs(self) -> list[int]:
+        """Sub-envs whose host is gone (dead worker, abandoned thread): only ``remake`` helps."""
+        return []
+
+    def discard(self, env_indices: Sequence[int]) -> None:
+        """These sub-envs missed a deadline: make sure whatever they still owe is never used
+        (kill their worker, abandon their thread). They are lost until remade.
+
+        The inline backend's sub-envs run to completion before the event loop can notice a
+        deadline; only a first-ready step, sent and not run yet, can miss one there.
+        """
+        return
+
+    @abc.abstractmethod
+    async def remake(self, env_indices: Sequence[int]) -> Remade:
+        """Make the sub-envs at ``env_indices`` afresh (closing any old one, its errors ignored).
+
+        Cancellable; a cancelled remake leaves the sub-envs it had not finished lost.
+        """
+
+    def abandoned_threads(self) -> int:
+        """Hung sub-env threads given up on and still running."""
+        return 0
+
+    @abc.abstractmethod
+    async def aclose(self, timeout: float) -> Pending | None:
+        """Close every sub-env and release everything; bounded by ``timeout`` seconds.
+
+        Returns the close request so the caller can report sub-envs whose ``close`` raised,
+        or ``None`` when the sub-envs were never made.
+        """
+
+    @abc.abstractmethod
+    def close_nowait(self) -> None:
+        """Best-effort teardown without awaiting (for ``__del__`` and broken event loops)."""
+
+    def local_env(self, env_index: int) -> gym.Env[Any, Any]:
+        """The sub-env object itself, for backends whose sub-envs live in this process."""
+        raise NotImplementedError(f"the {self.name} backend keeps its sub-envs out of process")
+
+    def describe(self) -> str:
+        """A few words for ``repr``: how many sub-envs are alive and where."""
+        return f"{self.name} backend"

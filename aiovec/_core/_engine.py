@@ -1,0 +1,499 @@
+"""How a call on the vector env travels: claimed, submitted to the backend, gathered under
+its deadline, recovered (restarts), assembled into a batch, and released.
+
+``AsyncVectorEnv`` (``_vector_env``) is the public face: it checks the caller's arguments,
+starts the sub-envs, and calls in here. The step path, for a full batch::
+
+    step(actions)
+      _submit_step  claim the vector env; check every sub-env can step (``Health``); check
+                    the actions (``ActionChecker``); ``backend.submit(Op.STEP, ...)``
+      _finish_step  _gather: await the replies under the deadline; late sub-envs are
+                    discarded by the backend, failures collected
+                    _restart_or_abandon: broken sub-envs remade under the restart policy
+                    (``Recovery``)
+                    ``BatchResults.store_steps``: replies into the reusable batch arrays
+                    (already there, for in-place backends); copies for the caller
+                    _fail: raise for the broken sub-envs, the healthy results attached
+                    _release: the next call may start
+
+``_submit_*`` and ``_finish_*`` are separate so the sync shim can offer Gymnasium's
+``step_async``/``step_wait``; ``_finish_*`` releases the claim whatever happens. A first-ready
+batch (``send``/``recv``) takes the same path per sub-env: ``_receive``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import anyio
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from aiovec._core._actions import ActionChecker
+from aiovec._core._arguments import check_timeout
+from aiovec._core._backend import Backend
+from aiovec._core._failures import call_error, error_group
+from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
+from aiovec._core._health import Health
+from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
+from aiovec._core._infos import merge_info
+from aiovec._core._observations import copy_observations
+from aiovec._core._recovery import Recovery
+from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op
+from aiovec._core._restart import RestartPolicy
+from aiovec._core._results import BatchResults, Restarts
+from aiovec._core._spaces import VectorSpaces
+from aiovec._core._statistics import Counters
+from aiovec._exceptions import (
+    BusyError,
+    ClosedError,
+    EnvTimeoutError,
+    ResetNeededError,
+    SubEnvErrorGroup,
+)
+
+__all__ = ["BoolArray", "Engine", "State", "StepResult"]
+
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+StepResult = tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]
+
+
+class State(enum.Enum):
+    """The vector env's lifecycle (each sub-env's own state is ``Health``'s)."""
+
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class Engine:
+    """The machinery behind ``AsyncVectorEnv``; the attributes below are set by it."""
+
+    num_envs: int
+    autoreset_mode: AutoresetMode
+    copy: bool
+    timeout: float | None
+    _state: State
+    _in_flight: InFlight | None
+    _counters: Counters
+    _health: Health
+    _recovery: Recovery
+    _results: BatchResults
+    validate_actions: bool
+    _actions: ActionChecker
+    _checkers: dict[int, ActionChecker]
+    _single_action_space: gym.Space[Any]
+    _all_envs: range
+    _first_ready: FirstReady | None
+    _restart_notes: dict[int, str]
+
+    def _check_not_closed(self, verb: str) -> None:
+        if self._state is State.CLOSED:
+            raise ClosedError(f"cannot {verb} the vector env: it was closed")
+
+    def _check_open(self, operation: str) -> None:
+        """After an await: another task may have closed the vector env meanwhile."""
+        if self._state is State.CLOSED:
+            raise ClosedError(f"the vector env was closed during {operation}")
+
+    def _claim(self, operation: str) -> None:
+        """Refuse a second concurrent call; the claim lasts until its ``_finish_*``."""
+        self._check_not_closed(operation)
+        if self._in_flight is not None:
+            raise BusyError(
+                f"cannot {operation}: another task is still running "
+                f"{self._in_flight.operation} on this vector env (one call at a time)"
+            )
+        if operation in ("step", "reset") and self._first_ready:
+            first = self._first_ready
+            first.collect()
+            if first.in_flight:
+                raise BusyError(
+                    f"cannot {operation}: sub-env(s) {sorted(first.in_flight)} are stepping "
+                    "after send(); recv() their results first")
+            if operation == "step" and first.ready:
+                raise BusyError(
+                    f"cannot step: the results of sub-env(s) {sorted(first.ready)} are waiting "
+                    "for recv(); receive them (or reset those sub-envs) first")
+
+    def _submit(
+        self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any]
+    ) -> InFlight:
+        pending = self._backend.submit(op, env_indices, payloads)
+        in_flight = InFlight(operation, op, env_indices, payloads, pending)
+        self._in_flight = in_flight
+        return in_flight
+
+    def _release(self, in_flight: InFlight) -> None:
+        if self._in_flight is in_flight:
+            self._in_flight = None
+
+    async def _submit_step(self, actions: Any) -> InFlight:
+        self._claim("step")
+        if self._state is not State.RUNNING or not self._health.all_ready():
+            raise ResetNeededError(self._reset_needed_message())
+        batch = self._actions.check(actions)
+        payloads = batch if self._backend.takes_action_batches else self._actions.split(batch)
+        return self._submit(Op.STEP, "step", self._all_envs, payloads)
+
+    def _reset_needed_message(self) -> str:
+        if self._state is not State.RUNNING or not self._health.has_reset:
+            return "cannot step before reset: call `await envs.reset()` first"
+        indices = self._health.needing_reset()
+        return (f"cannot step: sub-env(s) {', '.join(map(str, indices))} need a reset first "
+                "(never reset, failed, or done with autoreset disabled); reset them with "
+                "`reset(options={'reset_mask': mask})`")
+
+    async def _finish_reset(
+        self, in_flight: InFlight, timeout: Timeout
+    ) -> tuple[Any, dict[str, Any]]:
+        try:
+            if in_flight.pending is None:
+                await self._remake_lost(in_flight)
+            replies, broken = await self._gather(in_flight, timeout)
+            indices = list(in_flight.env_indices)
+            restarted = None
+            if broken and self._restart_policy is not None:
+                payloads = dict(zip(indices, in_flight.payloads))
+                restarted = await self._restart_or_abandon(
+                    in_flight, broken, {index: payloads[index] for index in broken})
+                self._check_open("reset")
+                if restarted is not None:
+                    for env_index, (reply, _reason) in restarted.items():
+                        replies[indices.index(env_index)] = reply
+                    broken = {}
+            result = self._assemble_reset(indices, replies, broken)
+            if broken:
+                self._fail("reset", in_flight, broken, result)
+            for env_index, (_reply, reason) in (restarted or {}).items():
+                merge_info(result[1], {"restart": reason}, env_index, self.num_envs)
+            self._counters.resets += 1
+            return result
+        finally:
+            self._release(in_flight)
+
+    def _assemble_reset(self, indices: list[int], replies: list[Any],
+                        broken: dict[int, str]) -> tuple[Any, dict[str, Any]]:
+        healthy = [position for position, env_index in enumerate(indices)
+                   if env_index not in broken] if broken else range(len(indices))
+        infos = self._results.store_resets(indices, replies, healthy)
+        done = [indices[position] for position in healthy]
+        if self._first_ready:  # results still waiting for recv belong to the old episodes
+            self._first_ready.forget(done)
+        for env_index in done:
+            self._restart_notes.pop(env_index, None)
+        self._health.reset_done(done)
+        self._health.has_reset = True
+        observations = self._results.observations
+        return (copy_observations(observations) if self.copy else observations), infos
+
+    async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
+        try:
+            replies, broken = await self._gather(in_flight, timeout)
+            restarted = None
+            if broken and self._restart_policy is not None:
+                same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+                previous = {index: self._results.row(index) for index in broken}
+                restarted = await self._restart_or_abandon(
+                    in_flight, broken, {} if same_step else None, previous)
+                self._check_open("step")
+            results = self._results
+            infos = results.store_steps(replies, broken)
+            if restarted is not None:
+                results.apply_restarts(restarted, previous, infos)
+                broken = {}
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                self._health.ended(results.terminations, results.truncations)
+            # No local name for the batch: a raised error's frames must not pin shared memory.
+            result = (
+                copy_observations(results.observations) if self.copy else results.observations,
+                results.rewards.copy(),
+                results.terminations.copy(),
+                results.truncations.copy(),
+                infos,
+            )
+            if broken:
+                self._fail("step", in_flight, broken, result)
+            self._counters.steps += 1
+            self._recovery.env_steps += 1
+            return result
+        finally:
+            self._release(in_flight)
+
+    async def _finish_call(self, in_flight: InFlight, timeout: Timeout) -> tuple[Any, ...]:
+        try:
+            replies, broken = await self._gather(in_flight, timeout)
+            result = tuple(None if reply is NO_REPLY or type(reply) is Failure else reply
+                           for reply in replies)
+            if broken:
+                self._fail(in_flight.operation, in_flight, broken, result)
+            return result
+        finally:
+            self._release(in_flight)
+
+    async def _wait_for_results(self, first: FirstReady, count: int) -> None:
+        deadline = first.next_deadline()
+        if deadline == math.inf:
+            await self._backend.wait_arrivals(first.arrivals, count)
+            return
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            await self._backend.wait_arrivals(first.arrivals, count)
+
+    def _give_up_on_late(self, first: FirstReady) -> None:
+        """Sub-envs past their deadline: discarded by the backend, reported as timed out."""
+        late = first.expire(anyio.current_time())
+        if not late:
+            return
+        late_ids = [env_index for env_index, _ in late]
+        self._counters.timeouts += len(late)
+        self._backend.discard(late_ids)
+        self._health.need_reset(self._backend.lost_envs())
+        first.collect()  # co-hosted sub-envs of a killed worker fail now
+        for env_index, seconds in late:
+            error = EnvTimeoutError("step", [env_index], seconds)
+            first.ready[env_index] = Failure(env_index, "step", error,
+                                             f"step timed out after {seconds:g} s", "")
+
+    async def _receive(self, first: FirstReady, env_ids: list[int]) -> StepBatch:
+        replies = [first.ready[env_index] for env_index in env_ids]
+        broken = {env_index: reply.description for env_index, reply in zip(env_ids, replies)
+                  if type(reply) is Failure}
+        self._counters.errors += len(broken)
+        restarted: dict[int, tuple[Any, str]] = {
+            env_index: reply for env_index, reply in zip(env_ids, replies)
+            if type(reply) is Restarted}
+        previous: dict[int, Any] = {}
+        if broken and self._restart_policy is not None:
+            previous = {env_index: self._results.row(env_index) for env_index in broken}
+            same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+            # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
+            claim = InFlight("recv (restarting sub-envs)", Op.STEP, list(broken), (), None)
+            self._in_flight = claim
+            try:
+                outcome = await self._restart(broken, {} if same_step else None, previous)
+            except BaseException:  # the results stay waiting: the next recv retries
+                self._health.need_reset(list(broken))
+                raise
+            finally:
+                self._release(claim)
+            self._check_open("recv")
+            if outcome is not None:
+                batch_ids = set(env_ids)
+                self._settle_restart_extras(first, outcome, batch_ids)
+                # Neighbours restarted with them (same worker) are cut short in this batch too.
+                restarted.update((env_index, reason) for env_index, reason in outcome.items()
+                                 if env_index in batch_ids)
+                broken = {}
+        # No await from here on: the results leave `ready` only with the finished batch.
+        batch = self._results.batch(env_ids, replies, broken, restarted, previous,
+                                    self._restart_notes)
+        first.forget(env_ids)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            done = batch.terminations | batch.truncations
+            self._health.need_reset(batch.env_ids[done])
+        if broken:
+            self._health.need_reset(list(broken))
+            failures = sorted((reply for reply in replies if type(reply) is Failure
+                               and reply.env_index in broken),
+                              key=lambda failure: failure.env_index)
+            error: EnvTimeoutError | SubEnvErrorGroup
+            if all(type(failure.exception) is EnvTimeoutError for failure in failures):
+                error = EnvTimeoutError("step", sorted(broken), max(
+                    failure.exception.timeout or 0.0 for failure in failures
+                    if isinstance(failure.exception, EnvTimeoutError)))
+            else:
+                error = error_group("step", failures)
+            error.partial_result = batch
+            raise error
+        self._counters.steps += 1
+        self._recovery.env_steps[batch.env_ids] += 1
+        return batch
+
+    def _settle_restart_extras(self, first: FirstReady, outcome: dict[int, tuple[Any, str]],
+                               batch_ids: set[int]) -> None:
+        """Sub-envs restarted along with this batch's (same worker) but not in it: a failed
+        result still waiting is replaced by the restart; otherwise their next result says so."""
+        first.collect()
+        for env_index, (reply, reason) in outcome.items():
+            if env_index in batch_ids:
+                continue
+            waiting = first.ready.get(env_index)
+            if type(waiting) is Failure:
+                first.ready[env_index] = Restarted(reply, reason)
+            else:
+                self._restart_notes[env_index] = reason
+
+    async def _gather(self, in_flight: InFlight,
+                      timeout: Timeout) -> tuple[list[Any], dict[int, str]]:
+        """Await the replies (under the deadline) → (replies, broken sub-envs and why).
+
+        A sub-env that missed the deadline is discarded by the backend (worker killed, thread
+        abandoned), so nothing it still owes can ever reach a later call.
+        """
+        deadline = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
+        in_flight.deadline = deadline
+        try:
+            assert in_flight.pending is not None
+            if deadline is None:  # no cancel scope of our own: the caller's still apply
+                await in_flight.pending.wait()
+            else:
+                with anyio.move_on_after(deadline) as scope:
+                    await in_flight.pending.wait()
+                if scope.cancelled_caught:
+                    in_flight.late = in_flight.unanswered()
+        except BaseException:  # cancelled by the caller (or interrupted)
+            self._abandon(in_flight)
+            raise
+        if self._state is State.CLOSED:  # another task closed the vector env meanwhile
+            raise ClosedError(f"the vector env was closed during {in_flight.operation}")
+        replies = in_flight.replies()
+        broken: dict[int, str] = {}
+        if in_flight.late:
+            self._counters.timeouts += len(in_flight.late)
+            self._backend.discard(in_flight.late)
+            self._health.need_reset(self._backend.lost_envs())  # whatever the call was
+            for env_index in in_flight.late:
+                broken[env_index] = f"{in_flight.operation} timed out after {deadline:g} s"
+        in_flight.failed = [reply for reply in replies if type(reply) is Failure
+                            and reply.env_index not in broken]
+        for failure in in_flight.failed:
+            broken[failure.env_index] = failure.description
+        self._counters.errors += len(in_flight.failed)
+        return replies, broken
+
+    async def _remake_lost(self, in_flight: InFlight) -> None:
+        """Make a reset's lost sub-envs afresh, then send the reset.
+
+        Bounded by the make deadline (``RestartPolicy.make_timeout``, else ``START_TIMEOUT``),
+        not the call's: starting a worker process may take longer than a reset should.
+        """
+        deadline = self._recovery.make_deadline()
+        try:
+            with anyio.move_on_after(deadline) as scope:
+                remade = await self._backend.remake(in_flight.remake)
+        except BaseException:
+            self._abandon(in_flight)
+            raise
+        self._counters.restarts += len(in_flight.remake)
+        if scope.cancelled_caught:
+            self._backend.discard(in_flight.remake)
+            self._counters.timeouts += len(in_flight.remake)
+            self._health.need_reset(in_flight.remake)
+            raise EnvTimeoutError("make", in_flight.remake, deadline)
+        self._check_open("reset")
+        self._recovery.note_remade(remade)
+        for failure in remade.failures:
+            in_flight.early[failure.env_index] = failure
+        early = in_flight.early
+        indices = [index for index in in_flight.env_indices if index not in early]
+        payloads = [payload for index, payload in zip(in_flight.env_indices, in_flight.payloads)
+                    if index not in early]
+        in_flight.pending = self._backend.submit(in_flight.op, indices, payloads)
+
+    def _abandon(self, in_flight: InFlight) -> None:
+        """The caller gave up on ``in_flight``: sub-envs it may have moved need a reset."""
+        pending = in_flight.pending
+        if pending is not None and not pending.started:
+            return  # it never reached a sub-env
+        if in_flight.operation in ("step", "reset"):
+            self._health.need_reset(list(in_flight.env_indices))
+
+    def _fail(self, operation: str, in_flight: InFlight, broken: dict[int, str],
+              partial_result: Any) -> NoReturn:
+        """Raise for the broken sub-envs of a call; the healthy ones' results ride along."""
+        if operation in ("step", "reset"):
+            self._health.need_reset(list(broken))
+        raise call_error(operation, in_flight, broken, partial_result)
+
+    async def _restart(
+        self, broken: dict[int, str], reset_payloads: dict[int, Any] | None,
+        previous: dict[int, Any] | None = None,
+    ) -> Restarts | None:
+        """``Recovery.restart``; the restarted sub-envs can then step, unless autoreset is
+        off (their new episode needs the caller's reset)."""
+        restarted = await self._recovery.restart(broken, reset_payloads, self._check_open,
+                                                 previous, self._results.row)
+        if restarted is not None:
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                self._health.need_reset(list(restarted))
+            else:
+                self._health.reset_done(list(restarted))
+        return restarted
+
+    async def _restart_or_abandon(
+        self, in_flight: InFlight, broken: dict[int, str], reset_payloads: dict[int, Any] | None,
+        previous: dict[int, Any] | None = None,
+    ) -> dict[int, tuple[Any, str]] | None:
+        """``_restart``; if the caller is cancelled meanwhile, the call's sub-envs need a reset
+        (the healthy ones moved unseen, the broken ones may be half made)."""
+        try:
+            return await self._restart(broken, reset_payloads, previous)
+        except BaseException:
+            self._abandon(in_flight)
+            self._health.need_reset(list(broken))
+            raise
+
+    async def _collect_start(self, in_flight: InFlight, timeout: Timeout) -> list[Any]:
+        """The sub-envs' descriptions; a factory that fails or hangs fails the start."""
+        replies, broken = await self._gather(in_flight, timeout)
+        if broken:
+            self._fail("start", in_flight, broken, None)
+        return replies
+
+    @property
+    def _backend(self) -> Backend:
+        return self._recovery.backend
+
+    @property
+    def _restart_policy(self) -> RestartPolicy | None:
+        return self._recovery.policy
+
+    def _drop_buffers(self) -> None:
+        """Let go of the batch arrays, so shared memory can be unmapped when closing."""
+        results = self.__dict__.get("_results")
+        if results is not None:
+            results.drop()
+
+    def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
+        n = self.num_envs
+        self._results = BatchResults(spaces, buffers, n)
+        self._single_action_space = spaces.single_action_space
+        self._actions = ActionChecker(spaces.single_action_space, n, self.validate_actions)
+        self._checkers: dict[int, ActionChecker] = {}  # for first-ready batches of other sizes
+        self._all_envs = range(n)
+
+    def _env_ids(self, env_ids: Any) -> list[int]:
+        if env_ids is None:
+            return list(self._all_envs)
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
+        listed: list[int] = ids.tolist()
+        if not listed:
+            raise ValueError("env_ids is empty: send at least one sub-env an action")
+        if min(listed) < 0 or max(listed) >= self.num_envs:
+            raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {listed}")
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"env_ids lists a sub-env twice: {listed}")
+        return listed
+
+    def _actions_for(self, count: int) -> ActionChecker:
+        if count == self.num_envs:
+            return self._actions
+        checker = self._checkers.get(count)
+        if checker is None:
+            checker = self._checkers[count] = ActionChecker(self._single_action_space, count,
+                                                            self.validate_actions)
+        return checker
+
+    def _indices_in_range(self, env_ids: Sequence[int]) -> Sequence[int]:
+        for index in env_ids:
+            if not 0 <= index < self.num_envs:
+                raise IndexError(f"sub-env index {index} is out of range for "
+                                 f"{self.num_envs} sub-envs")
+        return env_ids

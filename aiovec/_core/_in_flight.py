@@ -1,0 +1,66 @@
+"""A call on the vector env while it runs: the request sent to the backend, its deadline,
+and what is known so far about its replies."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, Final
+
+from aiovec._core._backend import Pending
+from aiovec._core._requests import NO_REPLY, Failure, Op
+
+__all__ = ["START_TIMEOUT", "USE_DEFAULT", "InFlight", "Timeout"]
+
+
+class _UseDefault(enum.Enum):
+    """``timeout=USE_DEFAULT``: the deadline given at construction."""
+
+    TOKEN = enum.auto()
+
+
+USE_DEFAULT: Final = _UseDefault.TOKEN
+Timeout = float | None | _UseDefault
+
+#: Default deadline (seconds) for making the sub-envs: ``start``, and remaking lost ones in
+#: ``reset`` without a restart policy. Imports and worker start-up can be slow; it is not
+#: the per-call ``timeout``.
+START_TIMEOUT = 120.0
+
+
+class InFlight:
+    """A request submitted to the backend (or, after lost sub-envs are remade, about to be)
+    and not yet collected."""
+
+    __slots__ = ("deadline", "early", "env_indices", "failed", "late", "op", "operation",
+                 "payloads", "pending", "remake")
+
+    def __init__(self, operation: str, op: Op, env_indices: Sequence[int],
+                 payloads: Sequence[Any], pending: Pending | None,
+                 remake: Sequence[int] = ()) -> None:
+        self.operation = operation
+        self.op = op
+        self.env_indices = env_indices
+        self.payloads = payloads
+        self.pending = pending
+        #: Lost sub-envs to make afresh before the request is sent.
+        self.remake = list(remake)
+        #: Sub-envs that failed before the request was sent (their remake failed).
+        self.early: dict[int, Failure] = {}
+        self.deadline: float | None = None
+        self.late: list[int] = []
+        self.failed: list[Failure] = []
+
+    def replies(self) -> list[Any]:
+        """One reply per sub-env of ``env_indices`` (``NO_REPLY`` where none came); a copy
+        once a deadline passed, since late replies may still land in the original."""
+        pending = self.pending
+        if pending is not None and not self.early:
+            return list(pending.replies) if self.late else pending.replies
+        answered = {} if pending is None else dict(zip(pending.env_indices, pending.replies))
+        return [self.early.get(index, answered.get(index, NO_REPLY))
+                for index in self.env_indices]
+
+    def unanswered(self) -> list[int]:
+        return [index for index, reply in zip(self.env_indices, self.replies())
+                if reply is NO_REPLY]

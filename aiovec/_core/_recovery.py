@@ -1,0 +1,141 @@
+"""Restarts: broken sub-envs made afresh under the ``RestartPolicy`` (and reset, when the
+call was a reset or autoreset is same-step), with the counts that cap and space them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import numpy as np
+
+from aiovec._core._backend import Backend
+from aiovec._core._health import Health
+from aiovec._core._in_flight import START_TIMEOUT
+from aiovec._core._requests import Failure, Op, Remade
+from aiovec._core._restart import RestartPolicy
+from aiovec._core._results import Restarts
+from aiovec._core._statistics import Counters
+
+__all__ = ["Recovery"]
+
+logger = logging.getLogger("aiovec")
+
+
+class Recovery:
+    """Remakes sub-envs for one vector env under its restart policy (and the lost ones a
+    reset finds), counting each sub-env's restarts.
+
+    It holds no reference to the vector env itself, so an unclosed vector env is still freed
+    (and warned about) as soon as its last reference goes.
+    """
+
+    def __init__(self, backend: Backend, policy: RestartPolicy | None, num_envs: int,
+                 counters: Counters, health: Health) -> None:
+        #: Replaced when ``backend="auto"`` switches to the async backend at start.
+        self.backend = backend
+        self.policy = policy
+        self._counters = counters
+        self._health = health
+        self._restart_counts = np.zeros(num_envs, dtype=np.int64)
+        self._consecutive_restarts = np.zeros(num_envs, dtype=np.int64)
+        self._last_restart_at = np.full(num_envs, -2, dtype=np.int64)
+        #: Steps each sub-env returned (``step`` and ``recv``), to tell restarts in a row.
+        self.env_steps = np.zeros(num_envs, dtype=np.int64)
+
+    def make_deadline(self) -> float | None:
+        """How long making sub-envs may take: the policy's ``make_timeout``, else
+        ``START_TIMEOUT``."""
+        return START_TIMEOUT if self.policy is None else self.policy.make_timeout
+
+    def note_remade(self, remade: Remade) -> None:
+        """Sub-envs made afresh need a reset; those whose factory failed stay unmade."""
+        self._health.remade(remade.env_indices,
+                            {failure.env_index for failure in remade.failures})
+
+    async def restart(
+        self, broken: dict[int, str], reset_payloads: dict[int, Any] | None,
+        check_open: Callable[[str], None],
+        previous: dict[int, Any] | None = None,
+        observation_row: Callable[[int], Any] | None = None,
+    ) -> Restarts | None:
+        """Recreate the broken sub-envs under the restart policy (and reset them, with
+        ``reset_payloads``) → ``{env_index: (reset reply or None, why)}``, or ``None`` when a
+        sub-env is out of restarts (the caller then raises as without a policy).
+
+        In a step (``previous`` given), sub-envs remade only because they share a worker with
+        a broken one are restarted too (their observation, ``observation_row``, is saved in
+        ``previous`` first); in a reset they are left needing a reset (``unusable_envs``).
+        ``check_open`` raises if the vector env was closed during an await. Whether the
+        restarted sub-envs can step afterwards is the caller's to set.
+        """
+        policy = self.policy
+        assert policy is not None
+        reasons = dict(broken)
+        restarted: Restarts = {}
+        while reasons:
+            envs = sorted(reasons)
+            if policy.max_restarts is not None and any(
+                self._restart_counts[index] >= policy.max_restarts for index in envs
+            ):
+                logger.warning("sub-env(s) %s used up their %d restarts", envs,
+                               policy.max_restarts)
+                return None
+            delay = policy.delay(max(self._count_restart(index) for index in envs))
+            if delay:
+                await anyio.sleep(delay)
+            self._counters.restarts += len(envs)
+            failed: dict[int, str] = {}
+            with anyio.move_on_after(policy.make_timeout) as scope:
+                check_open("restart")
+                remade = await self.backend.remake(envs)
+                check_open("restart")
+                self.note_remade(remade)
+                for failure in remade.failures:
+                    failed[failure.env_index] = failure.description
+                made = [index for index in envs if index not in failed]
+                if previous is not None and observation_row is not None:
+                    for index in remade.env_indices:
+                        if index not in reasons and index not in restarted:
+                            previous[index] = observation_row(index)
+                            reasons[index] = (f"restarted with sub-env(s) {envs} "
+                                              "(same worker process)")
+                            self._counters.restarts += 1
+                            made.append(index)
+                if reset_payloads is None:
+                    restarted.update((index, (None, reasons[index])) for index in made)
+                elif made:
+                    pending = self.backend.submit(
+                        Op.RESET, made, [reset_payloads.get(index, (None, None))
+                                         for index in made])
+                    await pending.wait()
+                    check_open("restart")
+                    for index, reply in zip(made, pending.replies):
+                        if type(reply) is Failure:
+                            failed[index] = reply.description
+                        else:
+                            restarted[index] = (reply, reasons[index])
+            if scope.cancelled_caught:
+                late = [index for index in reasons
+                        if index not in restarted and index not in failed]
+                self.backend.discard(late)
+                self._counters.timeouts += len(late)
+                failed.update((index, "restart timed out") for index in late)
+            self._counters.errors += len(failed)
+            for index in failed:
+                restarted.pop(index, None)
+            reasons = {index: reasons[index] for index in failed}
+        return restarted
+
+    def _count_restart(self, env_index: int) -> int:
+        """Count one restart of ``env_index`` → how many it has had in a row, no step of its
+        own between."""
+        steps = int(self.env_steps[env_index])
+        if steps - self._last_restart_at[env_index] <= 1:
+            self._consecutive_restarts[env_index] += 1
+        else:
+            self._consecutive_restarts[env_index] = 1
+        self._last_restart_at[env_index] = steps
+        self._restart_counts[env_index] += 1
+        return int(self._consecutive_restarts[env_index])

@@ -1,0 +1,80 @@
+"""The package's shape, checked: one-way layers, autoreset written once, modules of a size a
+reader can hold (``docs/architecture.md`` describes the layers)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "aiovec"
+#: Lines above which a module is too long to hold in one sitting.
+MAX_LINES = 600
+#: Modules still over ``MAX_LINES``, being split (issue 18); this list only ever shrinks.
+BEING_SPLIT = {"_backends/_process.py"}
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (``TYPE_CHECKING`` blocks and function
+    bodies included), as absolute names."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("path", _modules("_core"), ids=lambda path: path.name)
+def test_the_core_imports_no_backend(path: Path) -> None:
+    """Backends depend on the core, never the reverse: the core loads them by name
+    (``aiovec._core._selection``)."""
+    backwards = sorted(name for name in _imported_modules(path)
+                       if name == "aiovec._backends" or name.startswith("aiovec._backends."))
+    assert not backwards, f"{path.name} imports {backwards}"
+
+
+def test_importing_aiovec_loads_no_backend() -> None:
+    """In a fresh interpreter: the public API imports no backend (and so no Ray) until a
+    vector env is made on one."""
+    code = ("import sys, aiovec; aiovec.AsyncVectorEnv, aiovec.VectorEnv, aiovec.make_vec; "
+            "print(sorted(m for m in sys.modules if m.startswith(('aiovec._backends', 'ray'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_autoreset_is_written_once() -> None:
+    """Only ``_backends/_autoreset.py`` decides when a sub-env resets on its own: no other
+    backend module names the next-step or same-step mode."""
+    deciding = set()
+    for path in _modules("_backends"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("NEXT_STEP", "SAME_STEP")
+                    and isinstance(node.value, ast.Name) and node.value.id == "AutoresetMode"):
+                deciding.add(path.name)
+    assert deciding == {"_autoreset.py"}
+
+
+def test_modules_are_short_enough_to_hold() -> None:
+    sizes = {str(path.relative_to(PACKAGE)): len(path.read_text().splitlines())
+             for path in PACKAGE.rglob("*.py")}
+    oversized = {name for name, lines in sizes.items() if lines > MAX_LINES}
+    assert oversized <= BEING_SPLIT, {name: sizes[name] for name in oversized - BEING_SPLIT}
+    finished = BEING_SPLIT - oversized
+    assert not finished, f"split already: remove {sorted(finished)} from BEING_SPLIT"
