@@ -43,7 +43,7 @@ def ctrl_c() -> Iterator[None]:
     signal.signal(signal.SIGINT, previous)
 
 
-#: ``aiovec._backends._ray.RAY_STARTER_THREAD`` (not imported: that would import Ray here).
+#: ``aiovec._backends._ray._backend.RAY_STARTER_THREAD`` (not imported: that would import Ray here).
 RAY_STARTER_THREAD = "aiovec-ray-starter"
 
 

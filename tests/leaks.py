@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
-#: the pid of the process that started the server (``aiovec._backends._forkserver``).
+#: the pid of the process that started the server (``aiovec._backends._process._forkserver``).
 FORK_SERVER_MARKER = b"aiovec-forkserver"
 #: In the command line of every spawned worker.
-WORKER_MODULE = b"aiovec._backends._process_worker"
+WORKER_MODULE = b"aiovec._backends._process._worker"
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -33,7 +33,7 @@ def test_dir_lists_every_public_name() -> None:
 def test_a_worker_process_does_not_load_the_event_loop_side() -> None:
     """Worker processes import aiovec's worker module: the public API's event-loop side
     (the core, the shim's thread, anyio) loads on first use, never in them."""
-    check = ("import sys, aiovec._backends._process_worker; "
+    check = ("import sys, aiovec._backends._process._worker; "
              "print(sorted(m for m in ('aiovec._core._vector_env', 'aiovec._shim', 'anyio') "
              "if m in sys.modules))")
     output = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,

@@ -8,7 +8,7 @@ and neither re-imports the caller's ``__main__``, so scripts need no
 process with threads, it may deadlock on a lock another thread held: opt in knowingly.
 
 Workers run in their own session (Ctrl-C at the terminal reaches only the parent, which then
-closes them) and exit the moment the parent dies (see ``_process_worker._exit_with_parent``).
+closes them) and exit the moment the parent dies (see ``_process._worker._exit_with_parent``).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
     """Start one worker serving ``child_end``; the caller then closes its copy of that end."""
     if method in ("spawn", "forkserver"):  # forkserver without a fork server: spawn
         popen = subprocess.Popen(
-            python_command("aiovec._backends._process_worker", str(child_end.fileno()),
+            python_command("aiovec._backends._process._worker", str(child_end.fileno()),
                            str(lifeline), "-1"),
             pass_fds=(child_end.fileno(), lifeline), start_new_session=True,
         )
@@ -206,7 +206,7 @@ def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:
                 keep = sorted({0, 1, 2, child_end.fileno(), lifeline})
                 for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")]):
                     os.closerange(low + 1, high)
-                from aiovec._backends._process_worker import worker_main
+                from aiovec._backends._process._worker import worker_main
 
                 worker_main(child_end, lifeline)
             finally:

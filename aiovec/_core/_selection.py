@@ -24,9 +24,9 @@ ActorOptions = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "inline": ("aiovec._backends._inline", "InlineBackend", None),
     "thread": ("aiovec._backends._thread", "ThreadBackend", None),
-    "process": ("aiovec._backends._process", "ProcessBackend", None),
+    "process": ("aiovec._backends._process._backend", "ProcessBackend", None),
     "async": ("aiovec._backends._async", "AsyncBackend", None),
-    "ray": ("aiovec._backends._ray", "RayBackend", "ray"),
+    "ray": ("aiovec._backends._ray._backend", "RayBackend", "ray"),
 }
 
 BACKEND_NAMES = ("auto", *_REGISTRY)

@@ -129,8 +129,8 @@ def _hang(seconds: float) -> None:
 
 def _in_worker_process() -> bool:
     """True in a process that exists only to host sub-envs (a process worker or Ray actor)."""
-    worker = sys.modules.get("aiovec._backends._process_worker")
-    actor = sys.modules.get("aiovec._backends._ray_actor")
+    worker = sys.modules.get("aiovec._backends._process._worker")
+    actor = sys.modules.get("aiovec._backends._ray._actor")
     return bool(getattr(worker, "IN_WORKER", False) or getattr(actor, "IN_ACTOR", False))
 
 

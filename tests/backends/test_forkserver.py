@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import aiovec
-from aiovec._backends import _process
+from aiovec._backends._process import _backend as _process
 from tests.envs import PidEnv, worker_pids
 from tests.leaks import FORK_SERVER_MARKER, WORKER_MODULE, parent_pid, wait_for_exit
 
@@ -92,7 +92,7 @@ async def test_a_fork_server_that_cannot_start_fails_the_start_cleanly(
         monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
     """A server that exits at once (here: a broken bootstrap) makes ``start`` raise, and
     leaves nothing behind."""
-    from aiovec._backends import _forkserver
+    from aiovec._backends._process import _forkserver
 
     monkeypatch.setattr(_forkserver, "python_command",
                         lambda *_: [sys.executable, "-c", "import sys; sys.exit(5)"])

@@ -231,7 +231,7 @@ def _start_worker(request: bytes, child_end: int, lifeline: int, channel: int,
     if request == b"F":
         # What every forked worker needs, imported here once (at the first fork) instead of
         # once per worker; a server that only spawns never needs it.
-        import aiovec._backends._process_worker  # noqa: F401
+        import aiovec._backends._process._worker  # noqa: F401
     pid = os.fork()
     if pid:
         return pid
@@ -244,10 +244,10 @@ def _start_worker(request: bytes, child_end: int, lifeline: int, channel: int,
         if request == b"S":
             for fd in (child_end, lifeline, channel):
                 os.set_inheritable(fd, True)
-            command = python_command("aiovec._backends._process_worker", *marker,
+            command = python_command("aiovec._backends._process._worker", *marker,
                                      str(child_end), str(lifeline), str(channel))
             os.execv(command[0], command)
-        from aiovec._backends._process_worker import worker_main
+        from aiovec._backends._process._worker import worker_main
 
         worker_main(socket.socket(fileno=child_end), lifeline, channel)
         code = 0

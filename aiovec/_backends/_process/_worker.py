@@ -1,6 +1,6 @@
 """The worker process: hosts a contiguous share of the sub-envs and serves the parent's frames.
 
-The hot path is ``_Worker.step``: read each sub-env's action from shared memory, step it
+The hot path is ``_HostedEnvs.step``: read each sub-env's action from shared memory, step it
 (autoreset included, in ``EnvSlot``), write its results back in place, and answer with one
 small frame, which is empty unless a sub-env has infos to report or failed.
 """
@@ -24,15 +24,8 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
-from aiovec._backends._process_tree import (
-    OWNER_VARIABLE,
-    StartedProcesses,
-    become_subreaper,
-    end_tree,
-)
-from aiovec._backends._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
-from aiovec._backends._registrations import install_registrations
-from aiovec._backends._shared_memory import (
+from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
+from aiovec._backends._process._shared_memory import (
     BlockLayout,
     BlockViews,
     map_block,
@@ -40,6 +33,13 @@ from aiovec._backends._shared_memory import (
     row_writer,
     write_row,
 )
+from aiovec._backends._process_tree import (
+    OWNER_VARIABLE,
+    StartedProcesses,
+    become_subreaper,
+    end_tree,
+)
+from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._requests import Failure, Op
@@ -86,7 +86,7 @@ def _actions_come_in_frames(env_index: int) -> Any:
     raise RuntimeError("this action space is not in shared memory: actions come in the frame")
 
 
-class _Worker:
+class _HostedEnvs:
     """State of one worker: its slots and, once attached, the shared-memory views."""
 
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
@@ -218,7 +218,7 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
         return encode(Kind.REPLY, sequence, dumps(safe))
 
 
-def _ending_reply(worker: _Worker, sequence: int, phase: str, replies: list[Any],
+def _ending_reply(worker: _HostedEnvs, sequence: int, phase: str, replies: list[Any],
                   env_indices: list[int]) -> bytes:
     """The REPLY to a request that may end sub-envs (MAKE, CLOSE): the replies, then how many
     processes the sub-envs had started were ended, and cleanups run and failed, meanwhile."""
@@ -266,7 +266,7 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         first_env, autoreset_mode, env_fns_blob, registrations = pickle.loads(payload)
         install_registrations(registrations)  # before the factories: they may gym.make them
         env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
-        worker = _Worker(first_env, env_fns, AutoresetMode(autoreset_mode))
+        worker = _HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode))
         sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout)
@@ -295,7 +295,7 @@ def _poll_briefly(sock: socket.socket, seconds: float) -> None:
         os.sched_yield()
 
 
-def _serve(worker: _Worker, sock: socket.socket) -> None:
+def _serve(worker: _HostedEnvs, sock: socket.socket) -> None:
     """The request loop; returns after answering CLOSE."""
     hosted = [slot.env_index for slot in worker.slots]
     spin = SPIN_SECONDS if hasattr(socket, "MSG_DONTWAIT") and hasattr(os, "sched_yield") else 0

@@ -1,6 +1,6 @@
 """The Ray backend: sub-envs in Ray actors, several per actor, on one machine or a cluster.
 
-Each actor (``_ray_actor.EnvHost``) hosts a contiguous share of the sub-envs and serves one
+Each actor (``_actor.EnvHost``) hosts a contiguous share of the sub-envs and serves one
 batched call per request, so a vector step is one round trip per actor. Replies come back as
 Ray object refs; each ref's completion callback (Ray's own thread, the mechanism behind
 ``await ref``) hands the reply to the event loop with its thread-safe "call soon", on asyncio
@@ -35,7 +35,7 @@ from gymnasium.vector import AutoresetMode
 from ray.exceptions import RayActorError
 
 from aiovec._backends._base import workers_within
-from aiovec._backends._ray_actor import EnvHost, StackedSteps, Tallied, unstack
+from aiovec._backends._ray._actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller

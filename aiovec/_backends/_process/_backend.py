@@ -15,16 +15,13 @@ terminate, then kill.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import os
-import pickle
 import signal
 import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
@@ -36,18 +33,19 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._base import workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
-from aiovec._backends._forkserver import ForkServer
-from aiovec._backends._forkserver import available as fork_server_available
-from aiovec._backends._process_tree import GRACE
-from aiovec._backends._protocol import HEADER, Kind, ReplyReader, dumps, encode
-from aiovec._backends._registrations import export_registrations
-from aiovec._backends._shared_memory import (
+from aiovec._backends._process._forkserver import ForkServer
+from aiovec._backends._process._forkserver import available as fork_server_available
+from aiovec._backends._process._protocol import Kind, dumps, encode
+from aiovec._backends._process._shared_memory import (
     BlockLayout,
     map_block,
     open_block,
     same_dtypes,
     write_rows,
 )
+from aiovec._backends._process._workers import ProcessPending, WorkerHandle
+from aiovec._backends._process_tree import GRACE
+from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._observations import read_row
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
@@ -65,9 +63,6 @@ _REAP_TIMEOUT = GRACE + 5.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 # Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
-_INBOX_SIZE = 1 << 16
-_FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
-_HEADER_SIZE = HEADER.size
 #: A fork server where the platform has one (Linux), else a fresh interpreter per worker.
 DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 
@@ -79,168 +74,6 @@ def default_num_workers(num_envs: int) -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
     return max(1, min(num_envs, cpus))
-
-
-@dataclass(eq=False)
-class _Worker:
-    """The parent's handle on one worker process."""
-
-    index: int
-    env_indices: range
-    process: Child
-    sock: socket.socket
-    reader: ReplyReader = field(default_factory=ReplyReader)
-    #: Requests sent and not yet answered, oldest first: replies come back in this order.
-    outstanding: collections.deque[tuple[int, _ProcessPending]] = field(
-        default_factory=collections.deque)
-    unsent: bytearray = field(default_factory=bytearray)
-    #: Reused for every recv: allocating a fresh buffer per recv is measurably slow.
-    inbox: bytearray = field(default_factory=lambda: bytearray(_INBOX_SIZE))
-    alive: bool = True
-    #: Set while a task waits for this socket to be readable (the non-asyncio path).
-    reading: anyio.Event | None = None
-
-    def describe_death(self) -> str:
-        ended = self.process.descendants_ended
-        return (f"worker process {self.index} (pid {self.process.pid}) died: "
-                f"{self.process.describe_exit()}"
-                + (f"; {ended} process{'es' * (ended != 1)} its sub-envs had started "
-                   f"ended with it" if ended else ""))
-
-
-class _ProcessPending(Pending):
-    """Replies to one request, delivered worker by worker."""
-
-    __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
-
-    def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
-                 sequence: int, arrivals: Arrivals | None = None) -> None:
-        super().__init__(op, env_indices, arrivals)
-        self._backend = backend
-        self.sequence = sequence
-        self._owing: set[_Worker] = set()
-        self._dead: list[_Worker] = []
-        # None: every sub-env, in order (position = env index), the common case.
-        self._position: dict[int, int] | None = (
-            None if self.env_indices == backend.every_env
-            else {env_index: position for position, env_index in enumerate(self.env_indices)})
-        self._future: asyncio.Future[None] | None = None
-        if backend.loop is not None:
-            self._future = backend.loop.create_future()
-
-    @property
-    def every_env(self) -> bool:
-        """True when the request addresses every sub-env, in order."""
-        return self._position is None
-
-    def position(self, env_index: int) -> int:
-        return env_index if self._position is None else self._position[env_index]
-
-    def expect(self, worker: _Worker) -> None:
-        self._owing.add(worker)
-
-    def _answered(self, worker: _Worker) -> None:
-        self._owing.discard(worker)
-        if not self._owing and self._future is not None and not self._future.done():
-            self._future.set_result(None)
-
-    def deliver(self, worker: _Worker, payload: bytes) -> None:
-        """Store one worker's reply (decoded according to the request)."""
-        try:
-            self._store(worker, payload)
-        except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
-            for env_index in self.hosted_by(worker):
-                self.replies[self.position(env_index)] = Failure(
-                    env_index, self.op.value, error,
-                    f"the reply of worker {worker.index} could not be decoded: {error!r}", "")
-        if self.arrivals is not None:
-            self._land(worker)
-        self._answered(worker)
-
-    def _land(self, worker: _Worker) -> None:
-        arrivals = self.arrivals
-        assert arrivals is not None
-        for env_index in self.hosted_by(worker):
-            arrivals.land(self, self.position(env_index))
-
-    def hosted_by(self, worker: _Worker) -> list[int]:
-        """The sub-envs of this request that ``worker`` hosts."""
-        if self._position is None:
-            return list(worker.env_indices)
-        return [env_index for env_index in worker.env_indices if env_index in self._position]
-
-    def _store(self, worker: _Worker, payload: bytes) -> None:
-        replies = self.replies
-        if self.op is Op.STEP:
-            if self._position is None:
-                hosted = worker.env_indices
-                if self._backend.buffers is not None:
-                    replies[hosted.start:hosted.stop] = [None] * len(hosted)
-                for env_index, entry in pickle.loads(payload) if payload else ():
-                    replies[env_index] = entry
-                return
-            if self._backend.buffers is not None:
-                for env_index in self.hosted_by(worker):
-                    replies[self._position[env_index]] = None
-            for env_index, entry in pickle.loads(payload) if payload else ():
-                replies[self._position[env_index]] = entry
-            return
-        if self.op is Op.MAKE or self.op is Op.CLOSE:  # see _process_worker._ending_reply
-            values, (reaped, run, failed) = (pickle.loads(payload) if payload
-                                             else ([], (0, 0, 0)))
-            self._backend.descendants_reaped += reaped
-            self._backend.cleanups.add(run, failed)
-        else:
-            values = pickle.loads(payload) if payload else []
-        for env_index, value in zip(self.hosted_by(worker), values):
-            replies[self.position(env_index)] = value
-
-    def worker_died(self, worker: _Worker) -> None:
-        """The worker will never answer; its sub-envs fail once its exit status is known.
-
-        A first-ready request cannot wait for that: its failures land at once, with the
-        exit status if it is known already.
-        """
-        if self.arrivals is not None:
-            self._fail_hosted(worker)
-            self._land(worker)
-        else:
-            self._dead.append(worker)
-        self._answered(worker)
-
-    def _fail_hosted(self, worker: _Worker) -> None:
-        reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
-                                 worker.process.poll(), worker.process.descendants_ended)
-        for env_index in self.hosted_by(worker):
-            self.replies[self.position(env_index)] = Failure(
-                env_index, self.op.value, reason, str(reason), "")
-
-    async def wait(self) -> None:
-        if not self._owing:  # answered already, or addressed to no live worker at all
-            await anyio.lowlevel.checkpoint()
-        elif self._future is not None:
-            await self._future
-        else:  # no readiness callbacks (trio): read the workers' sockets in turn
-            backend = self._backend
-            # A cancellation point even when every reply is in already, as on asyncio.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            try:
-                for worker in list(self._owing):
-                    await backend.flush(worker)
-                for worker in list(self._owing):
-                    backend.receive(worker)  # whatever arrived already, without parking
-                    while worker in self._owing:
-                        await backend.read_when_ready(worker)
-            except BaseException:
-                # Cancelled (a deadline): replies that did arrive must not count as late.
-                for worker in list(self._owing):
-                    if worker.alive and worker.reading is None:
-                        backend.receive(worker)
-                raise
-        for worker in self._dead:
-            await self._backend.reap(worker)
-            self._fail_hosted(worker)
-        self._dead.clear()
 
 
 class ProcessBackend(Backend):
@@ -264,7 +97,7 @@ class ProcessBackend(Backend):
                              f"choose one of {', '.join(START_METHODS)}")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.buffers: BatchBuffers | None = None
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerHandle] = []
         self._sequence = itertools.count(1)
         self._block: Any = None
         self._block_fd: int | None = None
@@ -280,7 +113,7 @@ class ProcessBackend(Backend):
 
     # ------------------------------------------------------------------ start-up
 
-    def _launch(self) -> list[_Worker]:
+    def _launch(self) -> list[WorkerHandle]:
         """Start every worker process and send it its sub-envs (blocking: run in a thread)."""
         bounds = [self.num_envs * index // self.num_workers
                   for index in range(self.num_workers + 1)]
@@ -293,10 +126,10 @@ class ProcessBackend(Backend):
                        for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)
-        # The lifeline: see _process_worker._exit_with_parent. The read end stays open here
+        # The lifeline: see _worker._exit_with_parent. The read end stays open here
         # too, for workers started later (restarts).
         self._lifeline = os.pipe()
-        workers: list[_Worker] = []
+        workers: list[WorkerHandle] = []
         try:
             for index, hosted in enumerate(shares):
                 workers.append(self._spawn(index, hosted, send_init=False))
@@ -315,7 +148,7 @@ class ProcessBackend(Backend):
             raise
         return workers
 
-    def _spawn(self, index: int, hosted: range, *, send_init: bool = True) -> _Worker:
+    def _spawn(self, index: int, hosted: range, *, send_init: bool = True) -> WorkerHandle:
         """Start worker ``index`` for the sub-envs ``hosted`` (blocking, briefly)."""
         assert self._lifeline is not None
         parent_end, child_end = socket.socketpair()
@@ -328,7 +161,7 @@ class ProcessBackend(Backend):
         except BaseException:
             parent_end.close()
             raise
-        worker = _Worker(index, hosted, child, parent_end)
+        worker = WorkerHandle(index, hosted, child, parent_end, loop=self.loop)
         if send_init:
             try:
                 self._send_init(worker)
@@ -362,7 +195,7 @@ class ProcessBackend(Backend):
                     raise ClosedError("the vector env was closed during a restart")
         return server.start_child(child_end, self.start_method)
 
-    def _send_init(self, worker: _Worker) -> None:
+    def _send_init(self, worker: WorkerHandle) -> None:
         worker.sock.sendall(encode(Kind.INIT, 0, self._inits[worker.index]))
         worker.sock.setblocking(False)
 
@@ -373,17 +206,17 @@ class ProcessBackend(Backend):
             self._workers = self._launch()
         else:
             self._workers = await anyio.to_thread.run_sync(self._launch)
-        pending = _ProcessPending(self, Op.MAKE, range(self.num_envs), 0)
+        pending = ProcessPending(self, Op.MAKE, range(self.num_envs), 0)
         for worker in self._workers:
             self._expect_hello(worker, pending)
         return pending
 
-    def _expect_hello(self, worker: _Worker, pending: _ProcessPending) -> None:
+    def _expect_hello(self, worker: WorkerHandle, pending: ProcessPending) -> None:
         """``pending`` gets the worker's HELLO (its sub-envs made, or failed)."""
         worker.outstanding.append((0, pending))
         pending.expect(worker)
         if self.loop is not None:
-            self.loop.add_reader(worker.sock.fileno(), self.receive, worker)
+            self.loop.add_reader(worker.sock.fileno(), worker.receive)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
         layout = BlockLayout.plan(spaces.single_observation_space,
@@ -407,13 +240,13 @@ class ProcessBackend(Backend):
                                     views.truncations)
         return self.buffers
 
-    def _attach(self, workers: Sequence[_Worker]) -> _ProcessPending:
+    def _attach(self, workers: Sequence[WorkerHandle]) -> ProcessPending:
         """Send ATTACH (the block's descriptor rides along) to ``workers``."""
         assert self._block_fd is not None
         sequence = next(self._sequence)
         # The acknowledgement carries no values: only dead workers leave a trace (failures).
         indices = sorted(index for worker in workers for index in worker.env_indices)
-        pending = _ProcessPending(self, Op.MAKE, indices, sequence)
+        pending = ProcessPending(self, Op.MAKE, indices, sequence)
         frame = encode(Kind.ATTACH, sequence, self._attach_frame)
         for worker in workers:
             if not worker.alive:
@@ -435,7 +268,7 @@ class ProcessBackend(Backend):
         for worker_index in sorted({self._worker_of[index] for index in env_indices}):
             worker = self._workers[worker_index]
             worker.process.signal(signal.SIGKILL)
-            self.lost(worker)
+            worker.lost()
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         wanted = set(env_indices)
@@ -454,7 +287,7 @@ class ProcessBackend(Backend):
         failures += pending.failures()
         return Remade(remade, sorted(failures, key=lambda failure: failure.env_index))
 
-    async def _respawn(self, old: _Worker, failures: list[Failure]) -> None:
+    async def _respawn(self, old: WorkerHandle, failures: list[Failure]) -> None:
         """Replace a dead worker by a new one hosting the same sub-envs, made afresh.
 
         A failure to start it (or the vector env closing meanwhile) fails its sub-envs.
@@ -485,7 +318,7 @@ class ProcessBackend(Backend):
             return
         self._workers[old.index] = worker
         try:
-            hello = _ProcessPending(self, Op.MAKE, worker.env_indices, 0)
+            hello = ProcessPending(self, Op.MAKE, worker.env_indices, 0)
             self._expect_hello(worker, hello)
             await hello.wait()
             failures += hello.failures()
@@ -495,21 +328,21 @@ class ProcessBackend(Backend):
                 failures += attached.failures()
         except BaseException:  # cancelled: a half-started worker is no use to anyone
             worker.process.signal(signal.SIGKILL)
-            self.lost(worker)
+            worker.lost()
             raise
 
     def _closed_meanwhile(self) -> bool:
         """True once ``aclose`` began (a method: the answer changes across awaits)."""
         return self._closing
 
-    def _count_what_died_with(self, worker: _Worker) -> None:
+    def _count_what_died_with(self, worker: WorkerHandle) -> None:
         """What its fork server ended and cleaned up after it died (once it is reaped)."""
         self.descendants_reaped += worker.process.descendants_ended or 0
         self.cleanups.add(*worker.process.cleanups)
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: WorkerHandle) -> None:
         """Release a dead worker's socket and process handle."""
-        self.lost(worker)
+        worker.lost()
         self._count_what_died_with(worker)
         if self.loop is None:  # wake tasks parked on the socket (trio) before closing it
             anyio.notify_closing(worker.sock)
@@ -521,15 +354,15 @@ class ProcessBackend(Backend):
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
                arrivals: Arrivals | None = None) -> Pending:
         sequence = next(self._sequence)
-        pending = _ProcessPending(self, op, env_indices, sequence, arrivals)
+        pending = ProcessPending(self, op, env_indices, sequence, arrivals)
         kind = _KIND_OF_OP[op]
         some = op is Op.STEP and not pending.every_env
         if some:
             kind = Kind.STEP_SOME
         # Every frame is built before any is sent: a payload that fails to pickle must not
         # leave some workers running the request and others not.
-        frames: list[tuple[_Worker, bytes]] = []
-        dead: list[_Worker] = []
+        frames: list[tuple[WorkerHandle, bytes]] = []
+        dead: list[WorkerHandle] = []
         for worker in self._workers:
             requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE) or some
                          else worker.env_indices)
@@ -556,12 +389,12 @@ class ProcessBackend(Backend):
         for worker in dead:
             pending.worker_died(worker)
         for worker, frame in frames:
-            self._send(worker, frame)
+            worker.send(frame)
             worker.outstanding.append((sequence, pending))
             pending.expect(worker)
         return pending
 
-    def _step_payload(self, worker: _Worker, actions: Any) -> bytes:
+    def _step_payload(self, worker: WorkerHandle, actions: Any) -> bytes:
         """Actions go through shared memory, unless the worker may still be reading it."""
         hosted = worker.env_indices
         if self.takes_action_batches:
@@ -572,7 +405,7 @@ class ProcessBackend(Backend):
             return dumps([read_row(actions, env_index) for env_index in hosted])
         return dumps([actions[env_index] for env_index in hosted])
 
-    def _some_steps_payload(self, pending: _ProcessPending, requested: Sequence[int],
+    def _some_steps_payload(self, pending: ProcessPending, requested: Sequence[int],
                             actions: Any) -> bytes:
         """A first-ready step of some of a worker's sub-envs: their rows of shared memory are
         theirs alone until their results are received, so the actions go there directly."""
@@ -583,91 +416,6 @@ class ProcessBackend(Backend):
             write_rows(self._action_views, actions, requested, positions)
             return dumps((requested, None))
         return dumps((requested, [read_row(actions, position) for position in positions]))
-
-    def _send(self, worker: _Worker, frame: bytes) -> None:
-        if worker.unsent:
-            worker.unsent += frame
-            return
-        try:
-            sent = worker.sock.send(frame)
-        except BlockingIOError:
-            sent = 0
-        except OSError:  # the worker is gone; its EOF will be seen by the reader
-            return
-        if sent < len(frame):
-            worker.unsent += frame[sent:]
-            if self.loop is not None:
-                self.loop.add_writer(worker.sock.fileno(), self._flush_now, worker)
-
-    def _flush_now(self, worker: _Worker) -> None:
-        try:
-            sent = worker.sock.send(worker.unsent)
-        except BlockingIOError:
-            return
-        except OSError:
-            sent = len(worker.unsent)
-        del worker.unsent[:sent]
-        if not worker.unsent and self.loop is not None:
-            self.loop.remove_writer(worker.sock.fileno())
-
-    async def flush(self, worker: _Worker) -> None:
-        """Send what did not fit in the socket buffer (the non-asyncio path).
-
-        Replies are read meanwhile: the worker may be stuck writing a large reply to us, and
-        would never read what we write until we read what it wrote.
-        """
-        while worker.unsent and worker.alive:
-            with anyio.move_on_after(_FLUSH_POLL):
-                await anyio.wait_writable(worker.sock)
-            self._flush_now(worker)
-            if worker.unsent and worker.alive:
-                self.receive(worker)
-
-    def receive(self, worker: _Worker) -> None:
-        """Read what the worker sent and deliver every complete reply (readiness callback)."""
-        try:
-            size = worker.sock.recv_into(worker.inbox)
-        except BlockingIOError:
-            return
-        except OSError:
-            size = 0
-        if not size:
-            self.lost(worker)
-            return
-        if size == _HEADER_SIZE and worker.outstanding and not worker.reader.pending:
-            # The hot path: one reply with nothing to report.
-            kind, sequence, length = HEADER.unpack_from(worker.inbox)
-            expected, pending = worker.outstanding[0]
-            if kind == Kind.REPLY and sequence == expected and not length:
-                worker.outstanding.popleft()
-                pending.deliver(worker, b"")
-                return
-        for kind, sequence, payload in worker.reader.feed(memoryview(worker.inbox)[:size]):
-            if not worker.outstanding:
-                continue  # nothing asked for this: ignore it
-            expected, pending = worker.outstanding.popleft()
-            if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
-                pending.deliver(worker, payload)
-            else:  # out of protocol: this worker cannot be trusted any more
-                self.lost(worker)
-                worker.process.signal(signal.SIGKILL)
-                return
-
-    def lost(self, worker: _Worker) -> None:
-        """The worker's socket closed: fail what it owed."""
-        if not worker.alive:
-            return
-        worker.alive = False
-        if self.loop is not None:
-            with contextlib.suppress(Exception):
-                self.loop.remove_reader(worker.sock.fileno())
-                self.loop.remove_writer(worker.sock.fileno())
-        while worker.outstanding:
-            _, pending = worker.outstanding.popleft()
-            if pending.op is Op.CLOSE:
-                pending.deliver(worker, b"")  # a closing worker may go without a word
-            else:
-                pending.worker_died(worker)
 
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
         if self.loop is not None:  # readiness callbacks deliver the replies
@@ -684,32 +432,16 @@ class ProcessBackend(Backend):
                     group.start_soon(self._read_until, worker, arrivals, count,
                                      group.cancel_scope)
 
-    async def _read_until(self, worker: _Worker, arrivals: Arrivals, count: int,
+    async def _read_until(self, worker: WorkerHandle, arrivals: Arrivals, count: int,
                           scope: anyio.CancelScope) -> None:
-        await self.flush(worker)
+        await worker.flush()
         while worker.alive and worker.outstanding:
-            await self.read_when_ready(worker)
+            await worker.read_when_ready()
             if len(arrivals.landed) >= count:
                 scope.cancel()
                 return
 
-    async def read_when_ready(self, worker: _Worker) -> None:
-        """Wait until the worker's socket is readable, then deliver what it sent (to whichever
-        request each reply answers); if another task is reading it, wait for that instead."""
-        if worker.reading is not None:
-            await worker.reading.wait()
-            return
-        worker.reading = anyio.Event()
-        try:
-            await anyio.wait_readable(worker.sock)
-            self.receive(worker)
-        except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
-            self.lost(worker)
-        finally:
-            reading, worker.reading = worker.reading, None
-            reading.set()
-
-    async def reap(self, worker: _Worker) -> None:
+    async def reap(self, worker: WorkerHandle) -> None:
         """Wait (bounded) for a dead worker's exit status."""
         await worker.process.wait(_REAP_TIMEOUT)
 
@@ -724,7 +456,7 @@ class ProcessBackend(Backend):
             with anyio.move_on_after(timeout):
                 await pending.wait()
             for worker in self._workers:
-                self.lost(worker)
+                worker.lost()
             await self._stop_processes()
             await self._stop_fork_server()
             if self.loop is None:  # wake tasks parked on a socket (trio) before closing it

@@ -1,0 +1,297 @@
+"""The parent's side of one request to the worker processes (``ProcessPending``: replies
+delivered worker by worker, decoded as the request needs) and its handle on each worker
+(``WorkerHandle``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import pickle
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.lowlevel
+
+from aiovec._backends._children import Child
+from aiovec._backends._process._protocol import HEADER, Kind, ReplyReader
+from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._requests import Failure, Op
+from aiovec._exceptions import WorkerDiedError
+
+if TYPE_CHECKING:
+    from aiovec._backends._process._backend import ProcessBackend
+
+__all__ = ["ProcessPending", "WorkerHandle"]
+
+_INBOX_SIZE = 1 << 16
+_HEADER_SIZE = HEADER.size
+_FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
+
+
+@dataclass(eq=False)
+class WorkerHandle:
+    """The parent's handle on one worker process."""
+
+    index: int
+    env_indices: range
+    process: Child
+    sock: socket.socket
+    reader: ReplyReader = field(default_factory=ReplyReader)
+    #: Requests sent and not yet answered, oldest first: replies come back in this order.
+    outstanding: collections.deque[tuple[int, ProcessPending]] = field(
+        default_factory=collections.deque)
+    unsent: bytearray = field(default_factory=bytearray)
+    #: Reused for every recv: allocating a fresh buffer per recv is measurably slow.
+    inbox: bytearray = field(default_factory=lambda: bytearray(_INBOX_SIZE))
+    alive: bool = True
+    #: Set while a task waits for this socket to be readable (the non-asyncio path).
+    reading: anyio.Event | None = None
+    #: The asyncio loop whose readiness callbacks serve the socket (``None`` on trio).
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def send(self, frame: bytes) -> None:
+        if self.unsent:
+            self.unsent += frame
+            return
+        try:
+            sent = self.sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # the worker is gone; its EOF will be seen by the reader
+            return
+        if sent < len(frame):
+            self.unsent += frame[sent:]
+            if self.loop is not None:
+                self.loop.add_writer(self.sock.fileno(), self.flush_now)
+
+    def flush_now(self) -> None:
+        try:
+            sent = self.sock.send(self.unsent)
+        except BlockingIOError:
+            return
+        except OSError:
+            sent = len(self.unsent)
+        del self.unsent[:sent]
+        if not self.unsent and self.loop is not None:
+            self.loop.remove_writer(self.sock.fileno())
+
+    async def flush(self) -> None:
+        """Send what did not fit in the socket buffer (the non-asyncio path).
+
+        Replies are read meanwhile: the worker may be stuck writing a large reply to us, and
+        would never read what we write until we read what it wrote.
+        """
+        while self.unsent and self.alive:
+            with anyio.move_on_after(_FLUSH_POLL):
+                await anyio.wait_writable(self.sock)
+            self.flush_now()
+            if self.unsent and self.alive:
+                self.receive()
+
+    def receive(self) -> None:
+        """Read what the worker sent and deliver every complete reply (readiness callback)."""
+        try:
+            size = self.sock.recv_into(self.inbox)
+        except BlockingIOError:
+            return
+        except OSError:
+            size = 0
+        if not size:
+            self.lost()
+            return
+        if size == _HEADER_SIZE and self.outstanding and not self.reader.pending:
+            # The hot path: one reply with nothing to report.
+            kind, sequence, length = HEADER.unpack_from(self.inbox)
+            expected, pending = self.outstanding[0]
+            if kind == Kind.REPLY and sequence == expected and not length:
+                self.outstanding.popleft()
+                pending.deliver(self, b"")
+                return
+        for kind, sequence, payload in self.reader.feed(memoryview(self.inbox)[:size]):
+            if not self.outstanding:
+                continue  # nothing asked for this: ignore it
+            expected, pending = self.outstanding.popleft()
+            if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
+                pending.deliver(self, payload)
+            else:  # out of protocol: this worker cannot be trusted any more
+                self.lost()
+                self.process.signal(signal.SIGKILL)
+                return
+
+    def lost(self) -> None:
+        """The worker's socket closed: fail what it owed."""
+        if not self.alive:
+            return
+        self.alive = False
+        if self.loop is not None:
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(self.sock.fileno())
+                self.loop.remove_writer(self.sock.fileno())
+        while self.outstanding:
+            _, pending = self.outstanding.popleft()
+            if pending.op is Op.CLOSE:
+                pending.deliver(self, b"")  # a closing worker may go without a word
+            else:
+                pending.worker_died(self)
+
+    async def read_when_ready(self) -> None:
+        """Wait until the worker's socket is readable, then deliver what it sent (to whichever
+        request each reply answers); if another task is reading it, wait for that instead."""
+        if self.reading is not None:
+            await self.reading.wait()
+            return
+        self.reading = anyio.Event()
+        try:
+            await anyio.wait_readable(self.sock)
+            self.receive()
+        except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
+            self.lost()
+        finally:
+            reading, self.reading = self.reading, None
+            reading.set()
+
+    def describe_death(self) -> str:
+        ended = self.process.descendants_ended
+        return (f"worker process {self.index} (pid {self.process.pid}) died: "
+                f"{self.process.describe_exit()}"
+                + (f"; {ended} process{'es' * (ended != 1)} its sub-envs had started "
+                   f"ended with it" if ended else ""))
+
+
+class ProcessPending(Pending):
+    """Replies to one request, delivered worker by worker."""
+
+    __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
+
+    def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
+                 sequence: int, arrivals: Arrivals | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
+        self._backend = backend
+        self.sequence = sequence
+        self._owing: set[WorkerHandle] = set()
+        self._dead: list[WorkerHandle] = []
+        # None: every sub-env, in order (position = env index), the common case.
+        self._position: dict[int, int] | None = (
+            None if self.env_indices == backend.every_env
+            else {env_index: position for position, env_index in enumerate(self.env_indices)})
+        self._future: asyncio.Future[None] | None = None
+        if backend.loop is not None:
+            self._future = backend.loop.create_future()
+
+    @property
+    def every_env(self) -> bool:
+        """True when the request addresses every sub-env, in order."""
+        return self._position is None
+
+    def position(self, env_index: int) -> int:
+        return env_index if self._position is None else self._position[env_index]
+
+    def expect(self, worker: WorkerHandle) -> None:
+        self._owing.add(worker)
+
+    def _answered(self, worker: WorkerHandle) -> None:
+        self._owing.discard(worker)
+        if not self._owing and self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def deliver(self, worker: WorkerHandle, payload: bytes) -> None:
+        """Store one worker's reply (decoded according to the request)."""
+        try:
+            self._store(worker, payload)
+        except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
+            for env_index in self.hosted_by(worker):
+                self.replies[self.position(env_index)] = Failure(
+                    env_index, self.op.value, error,
+                    f"the reply of worker {worker.index} could not be decoded: {error!r}", "")
+        if self.arrivals is not None:
+            self._land(worker)
+        self._answered(worker)
+
+    def _land(self, worker: WorkerHandle) -> None:
+        arrivals = self.arrivals
+        assert arrivals is not None
+        for env_index in self.hosted_by(worker):
+            arrivals.land(self, self.position(env_index))
+
+    def hosted_by(self, worker: WorkerHandle) -> list[int]:
+        """The sub-envs of this request that ``worker`` hosts."""
+        if self._position is None:
+            return list(worker.env_indices)
+        return [env_index for env_index in worker.env_indices if env_index in self._position]
+
+    def _store(self, worker: WorkerHandle, payload: bytes) -> None:
+        replies = self.replies
+        if self.op is Op.STEP:
+            if self._position is None:
+                hosted = worker.env_indices
+                if self._backend.buffers is not None:
+                    replies[hosted.start:hosted.stop] = [None] * len(hosted)
+                for env_index, entry in pickle.loads(payload) if payload else ():
+                    replies[env_index] = entry
+                return
+            if self._backend.buffers is not None:
+                for env_index in self.hosted_by(worker):
+                    replies[self._position[env_index]] = None
+            for env_index, entry in pickle.loads(payload) if payload else ():
+                replies[self._position[env_index]] = entry
+            return
+        if self.op is Op.MAKE or self.op is Op.CLOSE:  # see _worker._ending_reply
+            values, (reaped, run, failed) = (pickle.loads(payload) if payload
+                                             else ([], (0, 0, 0)))
+            self._backend.descendants_reaped += reaped
+            self._backend.cleanups.add(run, failed)
+        else:
+            values = pickle.loads(payload) if payload else []
+        for env_index, value in zip(self.hosted_by(worker), values):
+            replies[self.position(env_index)] = value
+
+    def worker_died(self, worker: WorkerHandle) -> None:
+        """The worker will never answer; its sub-envs fail once its exit status is known.
+
+        A first-ready request cannot wait for that: its failures land at once, with the
+        exit status if it is known already.
+        """
+        if self.arrivals is not None:
+            self._fail_hosted(worker)
+            self._land(worker)
+        else:
+            self._dead.append(worker)
+        self._answered(worker)
+
+    def _fail_hosted(self, worker: WorkerHandle) -> None:
+        reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
+                                 worker.process.poll(), worker.process.descendants_ended)
+        for env_index in self.hosted_by(worker):
+            self.replies[self.position(env_index)] = Failure(
+                env_index, self.op.value, reason, str(reason), "")
+
+    async def wait(self) -> None:
+        if not self._owing:  # answered already, or addressed to no live worker at all
+            await anyio.lowlevel.checkpoint()
+        elif self._future is not None:
+            await self._future
+        else:  # no readiness callbacks (trio): read the workers' sockets in turn
+            # A cancellation point even when every reply is in already, as on asyncio.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            try:
+                for worker in list(self._owing):
+                    await worker.flush()
+                for worker in list(self._owing):
+                    worker.receive()  # whatever arrived already, without parking
+                    while worker in self._owing:
+                        await worker.read_when_ready()
+            except BaseException:
+                # Cancelled (a deadline): replies that did arrive must not count as late.
+                for worker in list(self._owing):
+                    if worker.alive and worker.reading is None:
+                        worker.receive()
+                raise
+        for worker in self._dead:
+            await self._backend.reap(worker)
+            self._fail_hosted(worker)
+        self._dead.clear()
