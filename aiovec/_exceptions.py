@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -78,52 +79,70 @@ class ResetNeededError(AiovecError, _GymResetNeeded):
     """A sub-env must be reset before it can step (never reset, or left unusable by a failure)."""
 
 
-def _join_indices(env_indices: Sequence[int]) -> str:
-    return ", ".join(str(index) for index in env_indices)
+def _join_indices(env_ids: Sequence[int]) -> str:
+    return ", ".join(str(index) for index in env_ids)
+
+
+def _renamed(owner: str, old: str, new: str) -> None:
+    """Warn that ``owner.old`` is the former name of ``owner.new`` (kept for one release)."""
+    warnings.warn(f"{owner}.{old} is deprecated, use {new} (the old name goes in aiovec 0.3)",
+                  DeprecationWarning, stacklevel=3)
 
 
 class EnvTimeoutError(AiovecError, TimeoutError, multiprocessing.TimeoutError):
     """Sub-envs did not answer before the deadline.
 
-    ``env_indices`` lists the sub-envs that still owed a reply. It is also a builtin
+    ``env_ids`` lists the sub-envs that still owed a reply. It is also a builtin
     ``TimeoutError`` and a ``multiprocessing.TimeoutError`` (what Gymnasium raises).
     ``partial_result`` holds what the call returned for the sub-envs that did answer.
     """
 
     partial_result: Any = None
 
-    def __init__(self, operation: str, env_indices: Sequence[int], timeout: float | None) -> None:
+    def __init__(self, operation: str, env_ids: Sequence[int], timeout: float | None) -> None:
         self.operation = operation
-        self.env_indices = tuple(env_indices)
+        self.env_ids = tuple(env_ids)
         self.timeout = timeout
         limit = "the deadline" if timeout is None else f"{timeout:g} s"
         super().__init__(
-            f"{operation}: sub-env(s) {_join_indices(self.env_indices)} "
+            f"{operation}: sub-env(s) {_join_indices(self.env_ids)} "
             f"did not answer within {limit}"
         )
 
+    @property
+    def env_indices(self) -> tuple[int, ...]:
+        """Deprecated: ``env_ids``."""
+        _renamed("EnvTimeoutError", "env_indices", "env_ids")
+        return self.env_ids
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.operation, self.env_indices, self.timeout))
+        return (type(self), (self.operation, self.env_ids, self.timeout))
 
 
 class WorkerDiedError(AiovecError):
     """A worker process hosting sub-envs died: the world (or the env's native code) broke it.
 
-    ``env_indices`` are the sub-envs it hosted; ``exitcode`` is its exit status (negative:
+    ``env_ids`` are the sub-envs it hosted; ``exitcode`` is its exit status (negative:
     killed by that signal; ``None``: unknown); ``descendants_ended`` is how many processes its
     sub-envs had started were ended with it (``None``: not known). It is the ``__cause__`` of
     each ``SubEnvError`` for those sub-envs, and the group raised is also a ``WorkerDiedError``.
     """
 
-    def __init__(self, message: str, env_indices: Sequence[int], exitcode: int | None,
+    def __init__(self, message: str, env_ids: Sequence[int], exitcode: int | None,
                  descendants_ended: int | None = None) -> None:
-        self.env_indices = tuple(env_indices)
+        self.env_ids = tuple(env_ids)
         self.exitcode = exitcode
         self.descendants_ended = descendants_ended
         super().__init__(message)
 
+    @property
+    def env_indices(self) -> tuple[int, ...]:
+        """Deprecated: ``env_ids``."""
+        _renamed("WorkerDiedError", "env_indices", "env_ids")
+        return self.env_ids
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.env_indices, self.exitcode,
+        return (type(self), (str(self), self.env_ids, self.exitcode,
                              self.descendants_ended))
 
 
@@ -135,23 +154,29 @@ class SerializationError(AiovecError):
 class SubEnvError(AiovecError):
     """One sub-env raised (or failed) while handling a call.
 
-    ``env_index`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``)
+    ``env_id`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``)
     say where; ``__cause__`` is the original exception when it could be kept, and
     ``remote_traceback`` is the traceback text from wherever the sub-env runs.
     """
 
     def __init__(
         self,
-        env_index: int,
+        env_id: int,
         phase: str,
         description: str,
         remote_traceback: str = "",
     ) -> None:
-        self.env_index = env_index
+        self.env_id = env_id
         self.phase = phase
         self.description = description
         self.remote_traceback = remote_traceback
-        super().__init__(f"sub-env {env_index} failed in {phase}: {description}")
+        super().__init__(f"sub-env {env_id} failed in {phase}: {description}")
+
+    @property
+    def env_index(self) -> int:
+        """Deprecated: ``env_id``."""
+        _renamed("SubEnvError", "env_index", "env_id")
+        return self.env_id
 
     def __str__(self) -> str:
         message = super().__str__()
@@ -161,7 +186,7 @@ class SubEnvError(AiovecError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {"__cause__": self.__cause__}
-        arguments = (self.env_index, self.phase, self.description, self.remote_traceback)
+        arguments = (self.env_id, self.phase, self.description, self.remote_traceback)
         return (type(self), arguments, state)
 
     def __setstate__(self, state: dict[str, Any] | None) -> None:
@@ -169,15 +194,15 @@ class SubEnvError(AiovecError):
 
 
 def _group_message(operation: str, errors: Sequence[SubEnvError]) -> str:
-    indices = _join_indices([error.env_index for error in errors])
-    details = "; ".join(f"[{error.env_index}] {error.description}" for error in errors)
+    indices = _join_indices([error.env_id for error in errors])
+    details = "; ".join(f"[{error.env_id}] {error.description}" for error in errors)
     return f"{operation}: sub-env(s) {indices} failed: {details}"
 
 
 class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
     """All the sub-envs that failed in one call, as an ``ExceptionGroup`` of ``SubEnvError``.
 
-    ``env_indices`` lists them in order; sub-envs not listed answered normally. When every
+    ``env_ids`` lists them in order; sub-envs not listed answered normally. When every
     failed sub-env raised the same exception type (say ``ValueError``), the group raised is
     also an instance of that type, so ``except ValueError`` keeps working as it did with
     Gymnasium, which re-raises the sub-env's exception type.
@@ -207,10 +232,16 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
         return group_class(operation, errors)
 
     @property
-    def env_indices(self) -> tuple[int, ...]:
-        """The indices of the sub-envs that failed, in ascending order."""
-        return tuple(error.env_index for error in self.exceptions
+    def env_ids(self) -> tuple[int, ...]:
+        """The sub-envs that failed, in ascending order."""
+        return tuple(error.env_id for error in self.exceptions
                      if isinstance(error, SubEnvError))
+
+    @property
+    def env_indices(self) -> tuple[int, ...]:
+        """Deprecated: ``env_ids``."""
+        _renamed("SubEnvErrorGroup", "env_indices", "env_ids")
+        return self.env_ids
 
     def derive(self, excs: Sequence[SubEnvError]) -> SubEnvErrorGroup:  # type: ignore[override]
         return SubEnvErrorGroup.from_errors(self.operation, excs)

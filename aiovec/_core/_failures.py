@@ -40,7 +40,7 @@ def call_error(operation: str, in_flight: InFlight, broken: dict[int, str],
             late.__cause__ = EnvTimeoutError(operation, [env_index], in_flight.deadline)
             errors.append(late)
         errors += [sub_env_error(failure) for failure in in_flight.failed]
-        errors.sort(key=lambda sub_error: sub_error.env_index)
+        errors.sort(key=lambda sub_error: sub_error.env_id)
         error = SubEnvErrorGroup.from_errors(operation, errors)
     error.partial_result = partial_result
     return error

@@ -291,7 +291,7 @@ class AsyncParallelVectorEnv:
         except (SubEnvErrorGroup, EnvTimeoutError) as error:
             if error.partial_result is not None:
                 error.partial_result = self._unpack_step(error.partial_result,
-                                                         failed=list(error.env_indices))
+                                                         failed=list(error.env_ids))
             raise
         return self._unpack_step(result)
 
@@ -369,7 +369,7 @@ class AsyncParallelVectorEnv:
             partial = error.partial_result
             if isinstance(partial, StepBatch):
                 error.partial_result = ParallelStepBatch(
-                    *self._unpack_step(partial, list(error.env_indices), partial.env_ids),
+                    *self._unpack_step(partial, list(error.env_ids), partial.env_ids),
                     partial.env_ids)
             raise
         return ParallelStepBatch(*self._unpack_step(batch, env_ids=batch.env_ids),

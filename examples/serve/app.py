@@ -60,10 +60,10 @@ def failure(error: BaseException) -> SessionError:
     if isinstance(error, SessionError):
         return error
     if isinstance(error, aiovec.EnvTimeoutError):
-        return SessionError(504, "timeout", str(error), env_indices=list(error.env_indices))
+        return SessionError(504, "timeout", str(error), env_ids=list(error.env_ids))
     if isinstance(error, aiovec.SubEnvErrorGroup):
         return SessionError(502, "sub_env_failed", str(error).splitlines()[0],
-                            env_indices=list(error.env_indices),
+                            env_ids=list(error.env_ids),
                             causes=[str(sub).splitlines()[0] for sub in error.exceptions])
     if isinstance(error, aiovec.ResetNeededError):
         return SessionError(409, "reset_needed", str(error))

@@ -264,9 +264,9 @@ def test_a_failing_sub_env_raises_aiovec_error_with_index_and_traceback(
         vec_env.step(np.ones(3))
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             vec_env.step(np.ones(3))
-        assert caught.value.env_indices == (2,)
+        assert caught.value.env_ids == (2,)
         (error,) = caught.value.exceptions
-        assert error.env_index == 2 and error.phase == "step"
+        assert error.env_id == 2 and error.phase == "step"
         assert "InjectedFault" in error.remote_traceback and "_strike" in error.remote_traceback
     finally:
         vec_env.close()
@@ -282,7 +282,7 @@ def test_a_hung_sub_env_times_out_and_a_crashed_one_restarts(
         started = time.monotonic()
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             hang.step(np.ones(2))
-        assert caught.value.env_indices == (0,) and time.monotonic() - started < 10
+        assert caught.value.env_ids == (0,) and time.monotonic() - started < 10
     finally:
         release_hangs()
         hang.close()

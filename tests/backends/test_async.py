@@ -167,7 +167,7 @@ async def test_a_raising_sub_env_is_named_and_the_others_results_kept(
         with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
             await envs.step(np.ones(3, dtype=np.int64))
         error = raised.value
-        assert error.env_indices == (1,)
+        assert error.env_ids == (1,)
         assert isinstance(error.exceptions[0].__cause__, ConnectionResetError)
         assert "the simulator hung up" in error.exceptions[0].remote_traceback
         obs = error.partial_result[0]
@@ -190,7 +190,7 @@ async def test_a_hung_sub_env_times_out_is_cancelled_and_remade(anyio_backend: A
         hung = envs._backend.local_env(1)
         with pytest.raises(aiovec.EnvTimeoutError) as raised:
             await envs.step(np.zeros(3, dtype=np.int64))
-        assert raised.value.env_indices == (1,)
+        assert raised.value.env_ids == (1,)
         with anyio.fail_after(5):  # cancelled, its task unwinds and the env is closed
             await hung.closed.wait()
         assert hung.cancelled == 1, "the hung step's coroutine was not cancelled"
@@ -259,7 +259,7 @@ async def test_a_base_exception_from_a_sub_env_is_its_failure(anyio_backend: Any
         await envs.reset()
         with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
             await envs.step(np.zeros(2, dtype=np.int64))
-        assert raised.value.env_indices == (1,)
+        assert raised.value.env_ids == (1,)
         assert isinstance(raised.value.exceptions[0].__cause__, SystemExit)
 
 

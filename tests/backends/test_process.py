@@ -66,10 +66,10 @@ async def test_worker_killed_while_idle_names_its_envs(no_leaks: None) -> None:
         assert time.monotonic() - started < PROMPTLY
         group = caught.value
         assert isinstance(group, aiovec.SubEnvErrorGroup)
-        assert group.env_indices == (2, 3)
+        assert group.env_ids == (2, 3)
         cause = group.exceptions[0].__cause__
         assert isinstance(cause, aiovec.WorkerDiedError)
-        assert cause.exitcode == -signal.SIGKILL and cause.env_indices == (2, 3)
+        assert cause.exitcode == -signal.SIGKILL and cause.env_ids == (2, 3)
         assert f"pid {pids[2]}" in str(cause) and "killed by SIGKILL" in str(cause)
         assert "1/2 workers alive" in repr(envs)
         # The dead worker's sub-envs keep failing clearly, in every kind of call.
@@ -99,7 +99,7 @@ async def test_worker_killed_mid_step(tmp_path: Path, no_leaks: None) -> None:
                 os.kill(victim, signal.SIGKILL)
                 started = time.monotonic()
         assert time.monotonic() - started < PROMPTLY
-        assert failures[0].env_indices == (1,)  # type: ignore[attr-defined]
+        assert failures[0].env_ids == (1,)  # type: ignore[attr-defined]
 
 
 PARENT_SCRIPT = """
@@ -179,9 +179,9 @@ async def test_unpicklable_results_and_exceptions_are_clear_errors(no_leaks: Non
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.step(np.zeros(3, np.int64))
         unpicklable, stubborn = caught.value.exceptions
-        assert unpicklable.env_index == 1
+        assert unpicklable.env_id == 1
         assert "SerializationError" in str(unpicklable) and "lock" in str(unpicklable)
-        assert stubborn.env_index == 2 and "7: simulator refused" in str(stubborn)
+        assert stubborn.env_id == 2 and "7: simulator refused" in str(stubborn)
         assert "could not be pickled" in str(stubborn)  # its class does not survive the trip
         assert "StubbornEnv.step" in stubborn.remote_traceback or "in step" in \
             stubborn.remote_traceback
@@ -278,7 +278,7 @@ async def test_factory_that_kills_its_worker(no_leaks: None) -> None:
                                  num_workers=2)
     with pytest.raises(aiovec.WorkerDiedError) as caught:
         await envs.start()
-    assert caught.value.env_indices == (1,)
+    assert caught.value.env_ids == (1,)
     assert "exit code 3" in str(caught.value)
     assert envs.closed
 
@@ -288,7 +288,7 @@ async def test_factory_that_hangs_hits_the_start_deadline(tmp_path: Path, no_lea
                                  num_workers=2, close_timeout=0.5)
     with pytest.raises(aiovec.EnvTimeoutError) as caught:
         await envs.start(timeout=2)
-    assert caught.value.env_indices == (1,)
+    assert caught.value.env_ids == (1,)
     assert envs.closed
 
 

@@ -89,7 +89,7 @@ async def test_actor_options_reach_ray_and_an_unplaceable_actor_times_out(
     envs = aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="ray", actor_options=unplaceable)
     with pytest.raises(aiovec.EnvTimeoutError) as caught:
         await envs.start(timeout=3)
-    assert caught.value.env_indices == (0, 1)
+    assert caught.value.env_ids == (0, 1)
 
 
 @pytest.mark.anyio

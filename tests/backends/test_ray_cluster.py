@@ -63,7 +63,7 @@ async def test_envs_on_a_killed_node_come_back_on_a_live_one(cluster: Any) -> No
 
         with pytest.raises(aiovec.WorkerDiedError) as caught:
             await plain.step(np.ones(2, dtype=np.int64))
-        assert caught.value.env_indices == (0, 1)  # type: ignore[attr-defined]
+        assert caught.value.env_ids == (0, 1)  # type: ignore[attr-defined]
         cause = caught.value.exceptions[0].__cause__  # type: ignore[attr-defined]
         assert isinstance(cause, aiovec.WorkerDiedError) and "died" in str(cause)
 

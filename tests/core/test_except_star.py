@@ -19,5 +19,5 @@ async def test_sub_env_errors_work_with_except_star() -> None:
         try:
             await envs.step(np.zeros(3, np.int64))
         except* aiovec.SubEnvError as group:
-            seen.extend(error.env_index for error in group.exceptions)  # type: ignore[attr-defined]
+            seen.extend(error.env_id for error in group.exceptions)  # type: ignore[attr-defined]
     assert seen == [0, 2]

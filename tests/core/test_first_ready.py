@@ -261,7 +261,7 @@ async def test_a_failed_sub_env_is_reported_with_the_batch_kept(
         envs.send(np.ones(4, dtype=np.int64))
         with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
             await envs.recv()
-        assert raised.value.env_indices == (1, 3)
+        assert raised.value.env_ids == (1, 3)
         assert "injected failure in step" in raised.value.exceptions[0].remote_traceback
         batch = raised.value.partial_result
         assert isinstance(batch, aiovec.StepBatch)
@@ -309,7 +309,7 @@ async def test_a_sub_env_past_its_deadline_times_out_alone(
         with anyio.fail_after(2.5):
             with pytest.raises(aiovec.EnvTimeoutError) as raised:
                 await envs.recv()
-        assert raised.value.env_indices == (0,)
+        assert raised.value.env_ids == (0,)
         assert envs.statistics().timeouts == 1
         assert 0 in envs.unusable_envs
         await envs.reset(options={"reset_mask": np.array([True, False, False, False])})
@@ -479,7 +479,7 @@ async def test_a_sub_env_given_up_on_gives_its_concurrency_permit_back(
         envs.send(np.zeros(2, dtype=np.int64), [1, 2], timeout=10.0)
         with anyio.fail_after(2.5), pytest.raises(aiovec.EnvTimeoutError) as raised:
             await envs.recv(batch_size=3)  # sub-env 0 times out; 1 and 2 get their turn
-        assert raised.value.env_indices == (0,)
+        assert raised.value.env_ids == (0,)
         batch = raised.value.partial_result
         assert sorted(batch.env_ids.tolist()) == [0, 1, 2]
         assert batch.observations[batch.env_ids != 0, 0].tolist() == [1.0, 1.0]

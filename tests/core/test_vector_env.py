@@ -174,10 +174,10 @@ async def test_sub_env_errors_name_every_failed_env(backend: str) -> None:
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.step(np.ones(4, np.int64))
         group = caught.value
-        assert group.env_indices == (1, 3)
+        assert group.env_ids == (1, 3)
         assert "sub-env(s) 1, 3 failed" in str(group)
         first, second = group.exceptions
-        assert (first.env_index, first.phase) == (1, "step")
+        assert (first.env_id, first.phase) == (1, "step")
         assert isinstance(first.__cause__, ValueError)
         assert isinstance(second.__cause__, KeyError)
         assert "injected failure in step" in first.remote_traceback
@@ -204,7 +204,7 @@ async def test_factory_and_reset_failures(backend: str) -> None:
     envs = aiovec.AsyncVectorEnv([tracked, failing_factory, tracked], backend=backend)
     with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
         await envs.start()
-    assert caught.value.env_indices == (1,)
+    assert caught.value.env_ids == (1,)
     assert caught.value.exceptions[0].phase == "make"
     assert "the factory exploded" in caught.value.exceptions[0].remote_traceback
     assert envs.closed
@@ -225,7 +225,7 @@ async def test_missing_attribute_is_a_sub_env_error(backend: str) -> None:
     async with aiovec.AsyncVectorEnv(counting(2), backend=backend) as envs:
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.get_attr("no_such_attribute")
-        assert caught.value.env_indices == (0, 1)
+        assert caught.value.env_ids == (0, 1)
         assert isinstance(caught.value.exceptions[0].__cause__, AttributeError)
 
 
@@ -307,7 +307,7 @@ async def test_timeout_names_the_late_env_abandons_its_thread_and_reset_recovers
         await envs.reset()
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             await envs.step(np.ones(3, np.int64), timeout=0.2)
-        assert caught.value.env_indices == (1,)
+        assert caught.value.env_ids == (1,)
         assert isinstance(caught.value, TimeoutError)
         assert "sub-env(s) 1 did not answer within 0.2 s" in str(caught.value)
         # The healthy sub-envs' step is not lost: it rides on the error.
@@ -385,11 +385,25 @@ def test_exceptions_pickle() -> None:
         copy = pickle.loads(pickle.dumps(original))
         assert type(copy) is type(original) and str(copy) == str(original)
     copy = pickle.loads(pickle.dumps(group))
-    assert copy.env_indices == (2,) and copy.operation == "step"
+    assert copy.env_ids == (2,) and copy.operation == "step"
     assert isinstance(copy.exceptions[0].__cause__, ValueError)
     assert copy.exceptions[0].remote_traceback == "Traceback ..."
-    assert pickle.loads(pickle.dumps(timeout)).env_indices == (1, 4)
-    assert group.derive([error]).env_indices == (2,)
+    assert pickle.loads(pickle.dumps(timeout)).env_ids == (1, 4)
+    assert group.derive([error]).env_ids == (2,)
+
+
+def test_the_former_names_of_env_ids_still_work_and_warn() -> None:
+    """``env_indices`` and ``env_index`` were renamed ``env_ids`` and ``env_id`` (one name per
+    idea, as ``send(..., env_ids)`` and ``StepBatch.env_ids``); the old names live one release."""
+    error = aiovec.SubEnvError(3, "step", "boom")
+    died = aiovec.WorkerDiedError("worker 0 died", [0, 1], -9)
+    errors = [(error, "env_index", 3),
+              (aiovec.SubEnvErrorGroup("step", [error]), "env_indices", (3,)),
+              (aiovec.EnvTimeoutError("step", [2], 1.0), "env_indices", (2,)),
+              (died, "env_indices", (0, 1))]
+    for raised, old_name, value in errors:
+        with pytest.warns(DeprecationWarning, match=f"{old_name} is deprecated, use env_id"):
+            assert getattr(raised, old_name) == value
 
 
 @backends
@@ -400,7 +414,7 @@ async def test_error_group_is_also_the_original_type(backend: str) -> None:
         with pytest.raises(ValueError, match="injected failure in step") as caught:
             await envs.step(np.zeros(3, np.int64))  # Gymnasium-style `except ValueError` works
         assert isinstance(caught.value, aiovec.SubEnvErrorGroup)
-        assert caught.value.env_indices == (1, 2)
+        assert caught.value.env_ids == (1, 2)
         copy = pickle.loads(pickle.dumps(caught.value))
         assert isinstance(copy, ValueError) and isinstance(copy, aiovec.SubEnvErrorGroup)
 

@@ -29,10 +29,10 @@ async def test_step_error_names_every_failed_env_and_keeps_the_rest(
             await envs.step(np.full(4, 3.0))
         group = caught.value
         assert isinstance(group, InjectedFault)  # the original type, for plain `except`
-        assert group.env_indices == (1, 3) and group.operation == "step"
+        assert group.env_ids == (1, 3) and group.operation == "step"
         for error, env_index in zip(group.exceptions, (1, 3)):
             assert isinstance(error, aiovec.SubEnvError)
-            assert (error.env_index, error.phase) == (env_index, "step")
+            assert (error.env_id, error.phase) == (env_index, "step")
             assert isinstance(error.__cause__, InjectedFault)
             assert "in _strike" in error.remote_traceback
             assert "InjectedFault: sub-env" in error.remote_traceback
@@ -75,7 +75,7 @@ async def test_errors_in_every_phase(backend: str, phase: str, no_leaks: None) -
 
     with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
         await reset_then_close()
-    assert caught.value.env_indices == (1,)
+    assert caught.value.env_ids == (1,)
     assert caught.value.exceptions[0].phase == expected_phase  # type: ignore[attr-defined]
     assert isinstance(caught.value, InjectedFault)
     await envs.aclose()  # idempotent, whatever happened before
@@ -108,7 +108,7 @@ async def test_unpicklable_observation(backend: str, no_leaks: None) -> None:
             with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
                 await envs.step(np.ones(2))
             assert isinstance(caught.value, aiovec.SerializationError)
-            assert caught.value.env_indices == (0,)
+            assert caught.value.env_ids == (0,)
             assert "could not be pickled" in str(caught.value.exceptions[0])
             obs, *_ = caught.value.partial_result
             assert obs[1, 0] == 1  # the other sub-env's result is kept
@@ -129,7 +129,7 @@ async def test_worker_that_dies_mid_step(kind: str, exit_status: int, descriptio
         await envs.step(np.ones(4))
         with pytest.raises(aiovec.WorkerDiedError) as caught:
             await envs.step(np.ones(4))
-        assert caught.value.env_indices == (2,)  # type: ignore[attr-defined]
+        assert caught.value.env_ids == (2,)  # type: ignore[attr-defined]
         cause = caught.value.exceptions[0].__cause__  # type: ignore[attr-defined]
         assert isinstance(cause, aiovec.WorkerDiedError) and cause.exitcode == exit_status
         assert description in str(cause)
@@ -152,6 +152,6 @@ async def test_call_errors_keep_the_healthy_results(backend: str, no_leaks: None
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.call("_strike", "close")  # returns the fault kind due, if any
         assert isinstance(caught.value, InjectedFault)
-        assert caught.value.env_indices == (1,) and caught.value.operation == "call"
+        assert caught.value.env_ids == (1,) and caught.value.operation == "call"
         assert caught.value.partial_result == ("unpicklable_obs", None, None)
         assert envs.unusable_envs == (0, 1, 2)  # never reset; a failed call changes nothing

@@ -99,7 +99,7 @@ async def test_out_of_restarts_raises(backend: str, ledger: FaultLedger,
         await envs.step(np.ones(2))  # the reset step of the new instance
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.step(np.ones(2))
-        assert caught.value.env_indices == (1,)
+        assert caught.value.env_ids == (1,)
         assert envs.unusable_envs == (1,)
         assert envs.statistics().restarts == 1
 

@@ -39,7 +39,7 @@ async def test_hung_step_times_out_and_reset_recovers(
             await envs.step(np.full(3, 2.0))
         elapsed = anyio.current_time() - started
         assert DEADLINE - CLOCK_SLACK <= elapsed < DEADLINE + MARGIN
-        assert caught.value.env_indices == (1,) and isinstance(caught.value, TimeoutError)
+        assert caught.value.env_ids == (1,) and isinstance(caught.value, TimeoutError)
         obs = caught.value.partial_result[0]
         assert obs[:, 0].tolist() == [2, 1, 2]  # the healthy sub-envs' step is kept
         assert envs.unusable_envs == (1,)
@@ -80,7 +80,7 @@ async def recover_after_caller_deadline(envs: aiovec.AsyncVectorEnv, hung: int) 
     assert envs.unusable_envs == (0, 1)
     with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
         await envs.reset(timeout=DEADLINE)
-    assert timed_out.value.env_indices == (hung,)
+    assert timed_out.value.env_ids == (hung,)
     obs, _ = await envs.reset()
     assert obs[:, 3].tolist() == [int(index == hung) for index in range(2)]
     obs, *_ = await envs.step(np.full(2, 5.0))
@@ -99,7 +99,7 @@ async def test_hung_factory_fails_the_start_in_time(backend: str, no_leaks: None
     with pytest.raises(aiovec.EnvTimeoutError) as caught:
         await envs.start(timeout=deadline)
     assert time.monotonic() - started < deadline + MARGIN + 5  # includes closing the rest
-    assert caught.value.env_indices == (0,) and caught.value.operation == "start"
+    assert caught.value.env_ids == (0,) and caught.value.operation == "start"
     assert envs.closed
 
 
@@ -125,7 +125,7 @@ async def test_timed_out_call_leaves_its_sub_env_unusable(backend: str, ledger: 
         await envs.reset()
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             await envs.call("close")  # sub-env 0 hangs in its close
-        assert caught.value.env_indices == (0,) and caught.value.partial_result == (None, None)
+        assert caught.value.env_ids == (0,) and caught.value.partial_result == (None, None)
         assert envs.unusable_envs == (0,)
         await envs.reset()
         assert envs.unusable_envs == ()

@@ -112,7 +112,7 @@ async def test_a_failing_sub_env_is_named_with_its_traceback(backend: str, no_le
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.step(scout_actions(3, 2))
         group = caught.value
-        assert isinstance(group, RuntimeError) and group.env_indices == (1,)
+        assert isinstance(group, RuntimeError) and group.env_ids == (1,)
         error = group.exceptions[0]
         assert isinstance(error, aiovec.SubEnvError) and error.phase == "step"
         assert "arena failed in step 2" in error.remote_traceback
@@ -222,7 +222,7 @@ async def test_a_hung_sub_env_times_out_and_is_named(no_leaks: None) -> None:
         assert rewards["scout_0"].tolist() == [-0.5, -0.5]
         with pytest.raises(aiovec.EnvTimeoutError) as caught:
             await envs.step(scout_actions(2))
-        assert caught.value.env_indices == (1,)
+        assert caught.value.env_ids == (1,)
         obs, rewards, terminations, truncations, _ = caught.value.partial_result
         assert obs["scout_0"][0, 2] == 2  # the punctual sub-env's step is kept
         for agent in SCOUTS:  # the late one: its last observation, reward 0 (not last

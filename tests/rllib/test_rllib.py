@@ -97,7 +97,7 @@ def test_a_failing_sub_env_surfaces_with_its_index(ray_runtime: Any) -> None:
         algo.stop()
     group = caught.value.__cause__
     assert isinstance(group, aiovec.SubEnvErrorGroup), repr(group)
-    assert group.env_indices == (2,)
+    assert group.env_ids == (2,)
     [error] = group.exceptions
     assert isinstance(error, aiovec.SubEnvError) and error.phase == "step"
     assert "the simulator crashed" in str(error.__cause__)

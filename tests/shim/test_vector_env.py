@@ -113,7 +113,7 @@ def test_step_wait_timeout_then_reset_recovers() -> None:
         with pytest.raises(multiprocessing.TimeoutError) as caught:
             shim.step_wait(timeout=0.2)
         assert isinstance(caught.value, aiovec.EnvTimeoutError)
-        assert caught.value.env_indices == (0,)
+        assert caught.value.env_ids == (0,)
         with pytest.raises(gym.error.ResetNeeded):
             shim.step(np.ones(2, np.int64))
         shim.reset()  # sub-env 0 is made afresh on a new thread
