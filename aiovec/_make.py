@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,13 +102,19 @@ def make_async_vec(
     return envs
 
 
+#: The vector keywords, defined once (by ``AsyncVectorEnv``'s signature): the shims, the
+#: multi-agent vector env and ``make_vec`` take the same names with the same defaults
+#: (``tests/test_architecture.py`` checks them against this).
+VECTOR_KEYWORDS: frozenset[str] = frozenset(
+    name for name, parameter in inspect.signature(AsyncVectorEnv.__init__).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY)
+#: Gymnasium's ``AsyncVectorEnv`` spellings the shim also takes (``context`` is
+#: ``start_method``; ``shared_memory`` and ``daemon`` are accepted, processes always share
+#: memory and die with the parent).
+_GYMNASIUM_SPELLINGS = frozenset({"context", "shared_memory", "daemon"})
 #: ``VectorEnv`` keywords that ``gymnasium.make_vec(id, n, **kwargs)`` may pass through an id
 #: made by ``register_envs`` (every other keyword goes to the sub-envs' ``gymnasium.make``).
-_VECTOR_OPTIONS = frozenset({
-    "backend", "timeout", "close_timeout", "restart", "batch_size", "max_concurrency",
-    "num_workers", "start_method", "address", "actor_options", "copy", "context",
-    "shared_memory", "daemon", "observation_mode", "autoreset_mode", "validate_actions",
-})
+_VECTOR_OPTIONS = VECTOR_KEYWORDS | _GYMNASIUM_SPELLINGS
 
 
 def _make_registered(env_id: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["workers_within"]
+__all__ = ["split_into_shares", "workers_within"]
 
 
 def workers_within(num_workers: int | None, max_concurrency: int | None, default: int) -> int:
@@ -20,3 +20,10 @@ def workers_within(num_workers: int | None, max_concurrency: int | None, default
             "leave num_workers out (aiovec then starts at most max_concurrency workers) or "
             "pass one no larger")
     return num_workers
+
+
+def split_into_shares(num_envs: int, num_hosts: int) -> list[range]:
+    """Sub-envs ``0..num_envs-1`` split into ``num_hosts`` contiguous shares, as even as can be
+    (sizes differ by at most one): each worker process or Ray actor hosts one share."""
+    bounds = [num_envs * index // num_hosts for index in range(num_hosts + 1)]
+    return [range(bounds[index], bounds[index + 1]) for index in range(num_hosts)]

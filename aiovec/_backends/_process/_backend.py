@@ -31,7 +31,7 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import workers_within
+from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
@@ -115,9 +115,7 @@ class ProcessBackend(Backend):
 
     def _launch(self) -> list[WorkerHandle]:
         """Start every worker process and send it its sub-envs (blocking: run in a thread)."""
-        bounds = [self.num_envs * index // self.num_workers
-                  for index in range(self.num_workers + 1)]
-        shares = [range(bounds[index], bounds[index + 1]) for index in range(self.num_workers)]
+        shares = split_into_shares(self.num_envs, self.num_workers)
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
         registrations = export_registrations()
         self._inits = [dumps((hosted.start, self.autoreset_mode.value,

@@ -34,7 +34,7 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import RayActorError
 
-from aiovec._backends._base import workers_within
+from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._ray._actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
@@ -210,8 +210,7 @@ class RayBackend(Backend):
         if isinstance(self._actor_options, list) and len(self._actor_options) != num_actors:
             raise ValueError(f"actor_options has {len(self._actor_options)} entries for "
                              f"{num_actors} actors")
-        bounds = [self.num_envs * index // num_actors for index in range(num_actors + 1)]
-        shares = [range(bounds[index], bounds[index + 1]) for index in range(num_actors)]
+        shares = split_into_shares(self.num_envs, num_actors)
         # Pickle first: a factory that cannot be pickled fails here, before any actor exists.
         registrations = export_registrations()  # what a fresh interpreter lacks
         self._blobs = [cloudpickle.dumps(({i: self.env_fns[i] for i in share}, registrations))
