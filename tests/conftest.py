@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -61,11 +61,64 @@ def _no_leaked_threads() -> Iterator[None]:
     assert not leaked, f"threads left running: {leaked}"
 
 
-def _uses_ray(request: pytest.FixtureRequest) -> bool:
+def _item_uses_ray(item: pytest.Item) -> bool:
     """True for tests on ``backend="ray"``, or marked ``ray``."""
-    callspec = getattr(request.node, "callspec", None)
+    callspec = getattr(item, "callspec", None)
     return ((callspec is not None and callspec.params.get("backend") == "ray")
-            or request.node.get_closest_marker("ray") is not None)
+            or item.get_closest_marker("ray") is not None)
+
+
+def _uses_ray(request: pytest.FixtureRequest) -> bool:
+    return _item_uses_ray(request.node)
+
+
+#: Tests that build a Ray cluster of their own (test_ray_cluster.py shuts the shared runtime
+#: down first; the example builds one in a subprocess): while one runs, a test joining the
+#: session's runtime with ``address="auto"`` would find two.
+OWN_RAY_CLUSTER = ("tests/backends/test_ray_cluster.py",
+                   "tests/test_examples.py::test_ray_cluster_example_recovers_from_a_dead_node")
+#: The pytest-xdist group of every test that touches Ray.
+RAY_GROUP = "ray"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> Generator[None, None, None]:
+    """Under pytest-xdist (``make unit``: ``--dist loadgroup``), every test that touches Ray
+    runs in one worker: the session shares one Ray runtime (started once: seconds, and
+    hundreds of MB per copy), and some tests join it with ``address=auto``, which must find
+    exactly one cluster on the machine. Without xdist (tests/rllib's venv) that mark is left
+    out: it is xdist's, unknown to ``--strict-markers`` there.
+
+    A wrapper: the marks are added before xdist's worker reads them, and its grouping is
+    checked after (see ``_group_by_suffix``).
+    """
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if _item_uses_ray(item) or item.nodeid.startswith(OWN_RAY_CLUSTER):
+                item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+    yield
+    if getattr(config.option, "loadgroup", False):  # set in xdist workers under loadgroup
+        _group_by_suffix(items)
+
+
+def _group_by_suffix(items: list[pytest.Item]) -> None:
+    """Give each grouped test the ``@<group>`` suffix --dist loadgroup schedules by.
+
+    xdist 3.8's worker appends it by assigning ``item._nodeid``, which pytest 9.2's
+    structured node ids no longer read: the suffix is lost and the groups silently spread
+    over every worker (pytest-dev/pytest-xdist#1386). Where it did take, nothing is done.
+    """
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            node_id = getattr(item, "_id", None)
+            if node_id is None or not hasattr(node_id, "parse"):
+                raise RuntimeError("cannot group tests for pytest-xdist with this pytest: "
+                                   "see tests/conftest.py::_group_by_suffix")
+            item._id = node_id.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
