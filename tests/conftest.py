@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.leaks import child_pids, open_fds, shm_entries, wait_for_exit
+from tests.leaks import child_pids, mapped_blocks, open_fds, wait_for_exit
 from tests.ray_runtime import actor_pids, ensure_ray
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
@@ -134,20 +134,33 @@ async def no_leaks(request: pytest.FixtureRequest,
     """The test must leave no worker process, descriptor or shared memory behind, and no
     worker may have printed a traceback.
 
+    Everything checked belongs to this test process, never the whole machine: other programs
+    and the other pytest-xdist workers create and remove processes, descriptors and
+    ``/dev/shm`` entries (Ray's object store, Python's semaphores) at any moment. aiovec never
+    names its shared memory: each batch is an anonymous ``memfd_create("aiovec-batch")``
+    (``aiovec._backends._shared_memory.open_block``), freed by the kernel once no process
+    maps it or holds its descriptor. So a leak is such a block still mapped here
+    (``/proc/self/maps``) or a descriptor still open (``/proc/self/fd``); the workers' own
+    copies go with the workers, which must be gone (this process's children, and what its
+    fork servers forked).
+
     Async, so the event loop's own descriptors already exist when the baseline is taken. On
     the Ray backend, the processes are the actors' (the runtime's own connections and
     processes are Ray's to manage, so descriptors are not counted there).
     """
     if _uses_ray(request):
+        # actor_pids() sees every aiovec actor on the machine, not only this test's: correct
+        # because every Ray test runs in one xdist worker (pytest_collection_modifyitems),
+        # one test at a time, so no other test makes or ends actors meanwhile.
         actors = actor_pids()
         yield
         left = wait_for_exit(sorted(actor_pids() - actors), timeout=20)
         assert not left, f"Ray actor processes left running: {left}"
         return
-    fds, shm, children = open_fds(), shm_entries(), child_pids()
+    fds, blocks, children = open_fds(), mapped_blocks(), child_pids()
     yield
     assert child_pids() <= children, "worker processes left running"
-    assert shm_entries() <= shm, "shared memory left in /dev/shm"
+    assert mapped_blocks() <= blocks, "shared memory (aiovec-batch) left mapped"
     leaked = {}
     for fd in open_fds() - fds:
         try:
