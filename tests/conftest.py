@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends_matrix import EVENT_LOOPS
 from tests.leaks import child_pids, mapped_blocks, open_fds, wait_for_exit
 from tests.ray_runtime import actor_pids, ensure_ray
 
@@ -21,14 +22,7 @@ collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else
 if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
     collect_ignore.append("rllib")
 
-ASYNC_BACKENDS = [
-    pytest.param(("asyncio", {}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    pytest.param(("trio", {}), id="trio"),
-]
-
-
-@pytest.fixture(params=ASYNC_BACKENDS)
+@pytest.fixture(params=[pytest.param(loop, id=name) for name, loop in EVENT_LOOPS.items()])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     """The event loop an ``@pytest.mark.anyio`` test runs on."""
     return request.param

@@ -14,11 +14,11 @@ import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
+from tests.backends_matrix import LOCAL_SYNC_BACKENDS
 from tests.envs import ActionDtypeEnv, GatedEnv, RaisingEnv, failing_factory
 
 pytestmark = pytest.mark.anyio
-BACKENDS = ["inline", "thread", "process"]
-backends = pytest.mark.parametrize("backend", BACKENDS)
+backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
 
 def counting(n: int = 3, **kwargs: Any) -> list[Any]:

@@ -19,10 +19,10 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.backends.test_process import wait_for_exit
+from tests.backends_matrix import LOCAL_SYNC_BACKENDS
 from tests.envs import FifoStepEnv, GatedEnv, PidEnv, wait_for_fifo
 
-BACKENDS = ["inline", "thread", "process"]
-backends = pytest.mark.parametrize("backend", BACKENDS)
+backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
 
 @pytest.fixture
