@@ -243,6 +243,14 @@ async def test_a_cancelled_step_leaves_the_env_usable_after_reset(no_leaks: None
         assert scope.cancelled_caught
         with pytest.raises(aiovec.ResetNeededError):
             await envs.step(scout_actions(2))
+        # Sub-env 1 is still in its hung step: a reset with a deadline gives up on it (its
+        # worker is ended), the next one makes it afresh, and both step on from the start.
+        with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+            await envs.reset(seed=0, timeout=1.0)
+        assert timed_out.value.env_indices == (1,)
+        await envs.reset(seed=0)
+        obs, *_ = await envs.step(scout_actions(2))
+        assert obs["scout_0"][:, 2].tolist() == [1, 1]
 
 
 async def test_a_raising_sub_env_is_restarted_with_its_agents_truncated(no_leaks: None) -> None:
