@@ -6,12 +6,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
 
-from tests.leaks import child_pids, open_fds, shm_entries, wait_for_exit
+from tests.backends_matrix import EVENT_LOOPS
+from tests.leaks import child_pids, mapped_blocks, open_fds, wait_for_exit
 from tests.ray_runtime import actor_pids, ensure_ray
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
@@ -21,14 +22,7 @@ collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else
 if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
     collect_ignore.append("rllib")
 
-ASYNC_BACKENDS = [
-    pytest.param(("asyncio", {}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-    pytest.param(("trio", {}), id="trio"),
-]
-
-
-@pytest.fixture(params=ASYNC_BACKENDS)
+@pytest.fixture(params=[pytest.param(loop, id=name) for name, loop in EVENT_LOOPS.items()])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     """The event loop an ``@pytest.mark.anyio`` test runs on."""
     return request.param
@@ -61,11 +55,64 @@ def _no_leaked_threads() -> Iterator[None]:
     assert not leaked, f"threads left running: {leaked}"
 
 
-def _uses_ray(request: pytest.FixtureRequest) -> bool:
+def _item_uses_ray(item: pytest.Item) -> bool:
     """True for tests on ``backend="ray"``, or marked ``ray``."""
-    callspec = getattr(request.node, "callspec", None)
+    callspec = getattr(item, "callspec", None)
     return ((callspec is not None and callspec.params.get("backend") == "ray")
-            or request.node.get_closest_marker("ray") is not None)
+            or item.get_closest_marker("ray") is not None)
+
+
+def _uses_ray(request: pytest.FixtureRequest) -> bool:
+    return _item_uses_ray(request.node)
+
+
+#: Tests that build a Ray cluster of their own (test_ray_cluster.py shuts the shared runtime
+#: down first; the example builds one in a subprocess): while one runs, a test joining the
+#: session's runtime with ``address="auto"`` would find two.
+OWN_RAY_CLUSTER = ("tests/backends/test_ray_cluster.py",
+                   "tests/test_examples.py::test_ray_cluster_example_recovers_from_a_dead_node")
+#: The pytest-xdist group of every test that touches Ray.
+RAY_GROUP = "ray"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> Generator[None, None, None]:
+    """Under pytest-xdist (``make unit``: ``--dist loadgroup``), every test that touches Ray
+    runs in one worker: the session shares one Ray runtime (started once: seconds, and
+    hundreds of MB per copy), and some tests join it with ``address=auto``, which must find
+    exactly one cluster on the machine. Without xdist (tests/rllib's venv) that mark is left
+    out: it is xdist's, unknown to ``--strict-markers`` there.
+
+    A wrapper: the marks are added before xdist's worker reads them, and its grouping is
+    checked after (see ``_group_by_suffix``).
+    """
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if _item_uses_ray(item) or item.nodeid.startswith(OWN_RAY_CLUSTER):
+                item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+    yield
+    if getattr(config.option, "loadgroup", False):  # set in xdist workers under loadgroup
+        _group_by_suffix(items)
+
+
+def _group_by_suffix(items: list[pytest.Item]) -> None:
+    """Give each grouped test the ``@<group>`` suffix --dist loadgroup schedules by.
+
+    xdist 3.8's worker appends it by assigning ``item._nodeid``, which pytest 9.2's
+    structured node ids no longer read: the suffix is lost and the groups silently spread
+    over every worker (pytest-dev/pytest-xdist#1386). Where it did take, nothing is done.
+    """
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            node_id = getattr(item, "_id", None)
+            if node_id is None or not hasattr(node_id, "parse"):
+                raise RuntimeError("cannot group tests for pytest-xdist with this pytest: "
+                                   "see tests/conftest.py::_group_by_suffix")
+            item._id = node_id.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
@@ -81,20 +128,33 @@ async def no_leaks(request: pytest.FixtureRequest,
     """The test must leave no worker process, descriptor or shared memory behind, and no
     worker may have printed a traceback.
 
+    Everything checked belongs to this test process, never the whole machine: other programs
+    and the other pytest-xdist workers create and remove processes, descriptors and
+    ``/dev/shm`` entries (Ray's object store, Python's semaphores) at any moment. aiovec never
+    names its shared memory: each batch is an anonymous ``memfd_create("aiovec-batch")``
+    (``aiovec._backends._shared_memory.open_block``), freed by the kernel once no process
+    maps it or holds its descriptor. So a leak is such a block still mapped here
+    (``/proc/self/maps``) or a descriptor still open (``/proc/self/fd``); the workers' own
+    copies go with the workers, which must be gone (this process's children, and what its
+    fork servers forked).
+
     Async, so the event loop's own descriptors already exist when the baseline is taken. On
     the Ray backend, the processes are the actors' (the runtime's own connections and
     processes are Ray's to manage, so descriptors are not counted there).
     """
     if _uses_ray(request):
+        # actor_pids() sees every aiovec actor on the machine, not only this test's: correct
+        # because every Ray test runs in one xdist worker (pytest_collection_modifyitems),
+        # one test at a time, so no other test makes or ends actors meanwhile.
         actors = actor_pids()
         yield
         left = wait_for_exit(sorted(actor_pids() - actors), timeout=20)
         assert not left, f"Ray actor processes left running: {left}"
         return
-    fds, shm, children = open_fds(), shm_entries(), child_pids()
+    fds, blocks, children = open_fds(), mapped_blocks(), child_pids()
     yield
     assert child_pids() <= children, "worker processes left running"
-    assert shm_entries() <= shm, "shared memory left in /dev/shm"
+    assert mapped_blocks() <= blocks, "shared memory (aiovec-batch) left mapped"
     leaked = {}
     for fd in open_fds() - fds:
         try:

@@ -80,8 +80,26 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+#: The name aiovec gives each batch's anonymous shared memory file
+#: (``aiovec._backends._shared_memory.open_block``); ``/proc/<pid>/maps`` shows it as
+#: ``/memfd:aiovec-batch (deleted)``.
+BATCH_MEMFD = "/memfd:aiovec-batch"
+
+
+def shared_mappings(pid: int | str = "self") -> set[tuple[str, str]]:
+    """The files ``pid`` maps shared (``MAP_SHARED``): (inode, path) pairs."""
+    found = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[1][3] == "s":
+            found.add((fields[4], fields[5]))
+    return found
+
+
+def mapped_blocks(pid: int | str = "self") -> set[str]:
+    """The inodes of aiovec's shared memory blocks that ``pid`` maps: only its own (or
+    inherited) ones, whatever other processes on the machine do."""
+    return {inode for inode, path in shared_mappings(pid) if path.startswith(BATCH_MEMFD)}
 
 
 def wait_for_exit(pids: list[int], timeout: float) -> list[int]:

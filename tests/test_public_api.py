@@ -43,8 +43,12 @@ def test_a_worker_process_does_not_load_the_event_loop_side() -> None:
 
 
 def test_testing_module_is_curated() -> None:
-    for name in aiovec.testing.__all__:
-        assert hasattr(aiovec.testing, name)
+    """``aiovec.testing.__all__`` lists exactly its public names (none missing, none extra)."""
+    public = {name for name in vars(aiovec.testing)
+              if not name.startswith("_") and not isinstance(getattr(aiovec.testing, name),
+                                                             types.ModuleType)}
+    assert set(aiovec.testing.__all__) == public
+    assert len(aiovec.testing.__all__) == len(public)  # no name listed twice
 
 
 def test_version() -> None:

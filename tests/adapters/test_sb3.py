@@ -30,11 +30,11 @@ from stable_baselines3.common.vec_env import (
 import aiovec
 from aiovec.sb3 import SB3VecEnv
 from aiovec.testing import CountingEnv, Fault, FaultLedger, release_hangs
+from tests.backends_matrix import IN_AND_OUT_OF_PROCESS, SYNC_BACKENDS
 from tests.envs import GatedEnv
 from tests.faults.envs import faulty
 from tests.leaks import child_pids, wait_for_exit
 
-BACKENDS = ["inline", "thread", "process", "ray"]
 NUM_ENVS = 3
 #: Short episodes, so a few hundred steps see terminations and time-limit truncations alike.
 CARTPOLE = {"max_episode_steps": 15}
@@ -71,7 +71,7 @@ def assert_same_infos(actual: list[dict[str, Any]], expected: list[dict[str, Any
                 np.testing.assert_array_equal(mine[key], value, err_msg=f"env {index}, {key}")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SYNC_BACKENDS)
 def test_steps_match_dummy_vec_env(backend: str, no_orphans: None) -> None:
     mine = cartpole(SB3VecEnv, backend=backend)
     oracle = cartpole(DummyVecEnv)
@@ -216,7 +216,7 @@ class TupleActionEnv(CountingEnv):
         return obs, float(action[0]) + float(action[1].sum()), terminated, truncated, info
 
 
-@pytest.mark.parametrize("backend", ["thread", "process"])
+@pytest.mark.parametrize("backend", IN_AND_OUT_OF_PROCESS)
 def test_per_env_action_lists_for_dict_and_tuple_spaces(backend: str,
                                                         no_orphans: None) -> None:
     """SB3 steps these spaces with one action per sub-env: the same list gives the same

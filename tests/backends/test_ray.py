@@ -45,12 +45,14 @@ async def test_steps_match_sync_vector_env_with_several_envs_per_actor(no_leaks:
     actions = np.random.default_rng(0).integers(0, 2, size=(60, 5))
     try:
         expected = [reference.reset(seed=7)] + [reference.step(a) for a in actions]
+        expected_attribute = reference.get_attr("steps_beyond_terminated")
     finally:
         reference.close()
     async with aiovec.AsyncVectorEnv(cartpoles(5), backend="ray", num_workers=2) as envs:
         assert "ray backend, 2/2 actors alive" in repr(envs)
         actual = [await envs.reset(seed=7)] + [await envs.step(a) for a in actions]
-        assert await envs.get_attr("steps_beyond_terminated") is not None
+        # Each sub-env's own value, from whichever actor hosts it (None after a reset).
+        assert await envs.get_attr("steps_beyond_terminated") == expected_attribute
     assert_identical(actual, expected)
 
 
@@ -70,7 +72,8 @@ async def test_first_ready_batches_and_calls_reach_the_right_sub_envs(no_leaks: 
         assert sorted(seen) == [0, 2, 3]
         assert await envs.get_attr("steps") == (1, 1, 1, 2)
         await envs.set_attr("episode_length", [None, 5, None, 5])
-        assert await envs.call("_observation") is not None
+        observations = await envs.call("_observation")  # [steps, resets] of each sub-env
+        assert [obs.tolist() for obs in observations] == [[1, 1], [1, 1], [1, 1], [2, 1]]
         assert await envs.get_attr("episode_length") == (None, 5, None, 5)
 
 

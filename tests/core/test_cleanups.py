@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 
 import aiovec
-from aiovec.testing import AsyncAdapter, Fault, FaultyEnv, release_hangs
+from aiovec.testing import Fault, FaultyEnv, release_hangs
+from tests.backends_matrix import LOCAL_BACKENDS, for_backend
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
 #: Seconds a hanging cleanup hangs at most: far beyond its 0.5 s bound.
 HANG = 6.0
-IN_PROCESS = ["inline", "thread", "async"]
 
 
 def remove_directory(directory: str, record: str) -> None:
@@ -76,13 +76,6 @@ class DirectoryEnv(FaultyEnv):
             timeout=cleanup_timeout)
 
 
-def for_backend(backend: str, factories: list[Any]) -> list[Any]:
-    """Coroutine envs for the async backend (``AsyncAdapter``), the factories elsewhere."""
-    if backend != "async":
-        return factories
-    return [functools.partial(AsyncAdapter, factory) for factory in factories]
-
-
 def directory_envs(root: Path, num_envs: int, **options: Any) -> list[Any]:
     return [functools.partial(DirectoryEnv, index, root=str(root), **options)
             for index in range(num_envs)]
@@ -106,7 +99,7 @@ def wait_for_records(root: Path, count: int, timeout: float = 15.0) -> list[str]
     return record(root)
 
 
-@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
 async def test_cleanups_run_once_at_close(backend: str, tmp_path: Path,
                                           no_leaks: None) -> None:
     envs = aiovec.AsyncVectorEnv(for_backend(backend, directory_envs(tmp_path, 3)),
@@ -122,7 +115,7 @@ async def test_cleanups_run_once_at_close(backend: str, tmp_path: Path,
     assert record(tmp_path) == made
 
 
-@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
 async def test_a_restart_runs_the_old_instances_cleanup_once(backend: str, tmp_path: Path,
                                                              no_leaks: None) -> None:
     factories = directory_envs(tmp_path, 2)
@@ -163,7 +156,7 @@ async def test_the_fork_server_runs_a_dead_workers_cleanups_once(
     assert envs.statistics().cleanups_run == 3
 
 
-@pytest.mark.parametrize("backend", [*IN_PROCESS, "process"])
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
 async def test_a_failing_or_hanging_cleanup_is_counted_and_never_blocks_close(
         backend: str, tmp_path: Path, capfd: pytest.CaptureFixture[str],
         caplog: pytest.LogCaptureFixture, no_leaks: None) -> None:

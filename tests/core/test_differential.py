@@ -12,7 +12,8 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aiovec
-from aiovec.testing import SPACE_KINDS, AsyncAdapter, EpisodeEnv
+from aiovec.testing import SPACE_KINDS, EpisodeEnv
+from tests.backends_matrix import LOCAL_BACKENDS, for_backend
 from tests.helpers import assert_identical
 
 NUM_ENVS = 4
@@ -22,7 +23,6 @@ NUM_STEPS = 500
 RAY_STEPS = 200
 
 ENV_KINDS = [*SPACE_KINDS, "cartpole"]
-BACKENDS = ["inline", "thread", "process", "async", "ray"]
 
 
 def env_factory(kind: str, backend: str = "inline") -> Callable[[], Any]:
@@ -33,7 +33,7 @@ def env_factory(kind: str, backend: str = "inline") -> Callable[[], Any]:
                                                        max_episode_steps=30)
     else:
         factory = functools.partial(EpisodeEnv, kind)
-    return functools.partial(AsyncAdapter, factory) if backend == "async" else factory
+    return for_backend(backend, [factory])[0]
 
 
 Record = tuple[Any, ...]
@@ -109,11 +109,10 @@ def check_rollout(actual: list[Record], expected: list[Record]) -> None:
 
 modes = pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.value)
 kinds = pytest.mark.parametrize("kind", ENV_KINDS)
-backends = pytest.mark.parametrize("backend", BACKENDS)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("backend", [name for name in BACKENDS if name != "ray"])
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)  # Ray: the next test, on one loop
 @modes
 @kinds
 async def test_async_rollouts_match_sync_vector_env(
@@ -145,7 +144,7 @@ async def check_async_rollout(backend: str, mode: AutoresetMode, kind: str,
 
 
 @pytest.mark.parametrize(("backend", "kind"), [
-    *((backend, kind) for backend in BACKENDS if backend != "ray" for kind in ENV_KINDS),
+    *((backend, kind) for backend in LOCAL_BACKENDS for kind in ENV_KINDS),
     ("ray", "dict"),  # the shim's path is the same for every backend: one kind is enough
 ])
 @modes

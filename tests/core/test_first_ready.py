@@ -14,14 +14,18 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aiovec
 from aiovec.testing import AsyncAdapter, CountingEnv, EpisodeEnv
+from tests.backends_matrix import (
+    CONCURRENT_IN_PROCESS_BACKENDS,
+    LOCAL_BACKENDS,
+    LOCAL_DEADLINE_BACKENDS,
+)
 from tests.core.test_differential import as_async, rollout, run_without_loop
 from tests.envs import RaisingEnv
 from tests.helpers import assert_identical
 
-BACKENDS = ["inline", "thread", "process", "async"]
 #: Episodes last 2 to 6 steps: 500 steps cover every autoreset case many times over.
 FULL_BATCH_STEPS = 500
-backends = pytest.mark.parametrize("backend", BACKENDS)
+backends = pytest.mark.parametrize("backend", LOCAL_BACKENDS)
 pytestmark = pytest.mark.anyio
 
 
@@ -128,7 +132,7 @@ async def test_every_result_comes_back_once_and_no_sub_env_starves(
         assert list(stepped) == steps.tolist()
 
 
-@pytest.mark.parametrize("backend", ["thread", "async"])
+@pytest.mark.parametrize("backend", CONCURRENT_IN_PROCESS_BACKENDS)
 async def test_the_first_to_finish_come_first(anyio_backend: Any, backend: str) -> None:
     """A slow sub-env does not hold back the fast ones' batch; it arrives later, intact."""
     factories = [delayed(backend, (2.0,))] + [delayed(backend)] * 5
@@ -294,7 +298,7 @@ async def test_the_restart_policy_restarts_inside_a_batch(anyio_backend: Any, ba
         assert sorted(batch.env_ids.tolist()) == [0, 1]
 
 
-@pytest.mark.parametrize("backend", ["thread", "process", "async"])
+@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
 async def test_a_sub_env_past_its_deadline_times_out_alone(
         anyio_backend: Any, backend: str) -> None:
     factories = [delayed(backend, (0.0, 3.0))] + [delayed(backend)] * 3
@@ -317,7 +321,7 @@ async def test_a_sub_env_past_its_deadline_times_out_alone(
         assert sorted((await envs.recv()).env_ids.tolist()) == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("backend", ["thread", "process", "async"])
+@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
 async def test_closing_wakes_a_waiting_recv(anyio_backend: Any, backend: str) -> None:
     # Still stepping long after close_timeout; not much longer: an abandoned thread is waited
     # for at teardown (tests/conftest.py).
@@ -466,7 +470,7 @@ async def test_no_send_or_reset_while_recv_restarts_a_sub_env(anyio_backend: Any
             finish.set()
 
 
-@pytest.mark.parametrize("backend", ["thread", "async"])
+@pytest.mark.parametrize("backend", CONCURRENT_IN_PROCESS_BACKENDS)
 async def test_a_sub_env_given_up_on_gives_its_concurrency_permit_back(
         anyio_backend: Any, backend: str) -> None:
     """``max_concurrency=1``: after sub-env 0 misses its deadline, the others still run."""

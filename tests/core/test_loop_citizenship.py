@@ -29,6 +29,7 @@ import pytest
 import sniffio
 
 import aiovec
+from tests.backends_matrix import LOCAL_DEADLINE_BACKENDS
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +75,6 @@ class SlowAsyncEnv(aiovec.AsyncEnv[Any, Any]):
         return np.zeros(2, np.float32), 1.0, False, False, {"at": time.monotonic()}
 
 
-BACKENDS = ["thread", "process", "async"]
 
 
 def vector_env(backend: str, num_envs: int = 4) -> aiovec.AsyncVectorEnv:
@@ -118,7 +118,7 @@ async def probe_lateness(work: Callable[[], Awaitable[None]]) -> np.ndarray[Any,
     return np.array(lateness)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
 async def test_a_probe_on_the_loop_keeps_ticking(anyio_backend: Any, backend: str) -> None:
     envs = vector_env(backend)
     lateness = await probe_lateness(functools.partial(workload, envs))
@@ -187,7 +187,7 @@ async def no_blocking_calls() -> AsyncIterator[list[float]]:
     assert timer.longest[0] < BLOCKED, f"a task step held the loop {timer.longest[0]:.3f} s"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
 async def test_no_blocking_call_on_the_loop(anyio_backend: Any, backend: str) -> None:
     async with no_blocking_calls():
         await workload(vector_env(backend))

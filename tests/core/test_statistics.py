@@ -10,11 +10,12 @@ import pytest
 
 import aiovec
 from aiovec.testing import FaultyEnv
+from tests.backends_matrix import LOCAL_SYNC_BACKENDS
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("backend", ["inline", "thread", "process"])
+@pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 async def test_statistics_count_steps_and_time_each_sub_env(backend: str) -> None:
     envs = aiovec.AsyncVectorEnv([lambda: FaultyEnv(episode_length=4)] * 3, backend=backend)
     before = envs.statistics()

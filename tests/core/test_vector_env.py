@@ -14,11 +14,11 @@ import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
+from tests.backends_matrix import LOCAL_SYNC_BACKENDS
 from tests.envs import ActionDtypeEnv, GatedEnv, RaisingEnv, failing_factory
 
 pytestmark = pytest.mark.anyio
-BACKENDS = ["inline", "thread", "process"]
-backends = pytest.mark.parametrize("backend", BACKENDS)
+backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
 
 def counting(n: int = 3, **kwargs: Any) -> list[Any]:
@@ -370,9 +370,11 @@ def test_unclosed_env_warns_and_stops_its_threads() -> None:
     anyio.run(leak)
     with pytest.warns(ResourceWarning, match="unclosed"):
         forgotten.clear()  # the last reference (no cycles): __del__ runs right here
-    for thread in threading.enumerate():
-        if thread.name.startswith("aiovec-env-"):
-            thread.join(timeout=10)
+    threads = [thread for thread in threading.enumerate()
+               if thread.name.startswith("aiovec-env-")]
+    for thread in threads:
+        thread.join(timeout=10)
+    assert [thread.name for thread in threads if thread.is_alive()] == []
 
 
 def test_exceptions_pickle() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv
-from tests.faults.envs import BACKENDS
+from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS, for_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -30,16 +30,16 @@ BAD_RESETS: list[tuple[dict[str, Any], type[Exception], str]] = [
 
 
 def _options(backend: str) -> dict[str, Any]:
-    return {"num_workers": 3} if backend in ("process", "ray") else {}
+    return {"num_workers": 3} if backend in WORKER_BACKENDS else {}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_bad_reset_arguments_are_refused_before_anything_is_sent(
         backend: str, no_leaks: None) -> None:
     """With a restart policy on: a bad seed restarts nothing (it had restarted a sub-env
     ten times over 33 s, then failed)."""
-    async with aiovec.AsyncVectorEnv([CountingEnv] * 3, backend=backend, restart=True,
-                                     **_options(backend)) as envs:
+    async with aiovec.AsyncVectorEnv(for_backend(backend, [CountingEnv] * 3), backend=backend,
+                                     restart=True, **_options(backend)) as envs:
         obs, _ = await envs.reset(seed=0)
         obs, *_ = await envs.step(np.ones(3, np.int64))
         for arguments, error, message in BAD_RESETS:
@@ -54,11 +54,11 @@ async def test_bad_reset_arguments_are_refused_before_anything_is_sent(
         assert obs.tolist() == [[2, 2]] * 3
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_validate_actions_refuses_actions_outside_the_space(backend: str,
                                                                   no_leaks: None) -> None:
-    async with aiovec.AsyncVectorEnv([CountingEnv] * 3, backend=backend, restart=True,
-                                     validate_actions=True, batch_size=1,
+    async with aiovec.AsyncVectorEnv(for_backend(backend, [CountingEnv] * 3), backend=backend,
+                                     restart=True, validate_actions=True, batch_size=1,
                                      **_options(backend)) as envs:
         await envs.reset(seed=0)
         with pytest.raises(ValueError,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import aiovec
-from tests.faults.envs import BACKENDS, faulty
+from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS
+from tests.faults.envs import faulty
 
 pytestmark = pytest.mark.anyio
 
@@ -55,16 +56,16 @@ async def step_or_cancel(envs: aiovec.AsyncVectorEnv, actions: Any,
     return results[0] if results else None
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_cancellation_storm(backend: str, no_leaks: None) -> None:
     """1,000 steps, each cancelled at a random moment, interleaved with normal steps: every
     result is the answer to its own step (the action and step count are in the obs)."""
     rng = random.Random(1234)
     cancelled = completed = 0
     steps = RAY_STORM_STEPS if backend == "ray" else STORM_STEPS
-    async with aiovec.AsyncVectorEnv(faulty(NUM_ENVS, episode_length=10**9),
-                                     backend=backend, num_workers=2 if backend in ("process", "ray")
-                                     else None) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(NUM_ENVS, episode_length=10**9, backend=backend),
+                                     backend=backend,
+                                     num_workers=2 if backend in WORKER_BACKENDS else None) as envs:
         await envs.reset(seed=0)
         window = await cancel_window(envs)
         obs, _ = await envs.reset(seed=0)
@@ -91,9 +92,9 @@ async def test_cancellation_storm(backend: str, no_leaks: None) -> None:
     assert cancelled >= 20 and completed >= 20, (cancelled, completed)  # both paths ran
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_cancelled_reset_needs_another_reset(backend: str, no_leaks: None) -> None:
-    async with aiovec.AsyncVectorEnv(faulty(2), backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(2, backend=backend), backend=backend) as envs:
         await envs.reset()
         with anyio.CancelScope() as scope:
             scope.cancel()

@@ -40,6 +40,8 @@ CHAOS = [
     # About 40 faults in a run; hangs are rarer, each costs a deadline.
     Chaos("inline", {"raise": 1.2e-4}),
     Chaos("thread", {"raise": 1e-4, "hang": 1.5e-5}),
+    # Coroutine envs: a hang awaits (cancelled at the deadline); no process of its own to end.
+    Chaos("async", {"raise": 1e-4, "hang": 1.5e-5}),
     Chaos("process", {"raise": 5e-5, "exit": 3e-5, "kill": 3e-5, "hang": 1.5e-5}),
 ]
 
@@ -79,7 +81,7 @@ async def test_chaos_run(anyio_backend: str, chaos: Chaos, tmp_path: object,
     policy = aiovec.RestartPolicy(max_restarts=None, backoff=0.01)
     probabilities = {fault: rate * compression for fault, rate in chaos.probabilities.items()}
     factories = faulty(NUM_ENVS, ledger, probabilities=probabilities,
-                       episode_length=EPISODE_LENGTH)
+                       episode_length=EPISODE_LENGTH, backend=chaos.backend)
     async with aiovec.AsyncVectorEnv(factories, backend=chaos.backend, restart=policy,
                                      timeout=DEADLINE,
                                      **one_per_worker(chaos.backend, NUM_ENVS)) as envs:

@@ -11,17 +11,19 @@ import pytest
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger, InjectedFault
-from tests.faults.envs import BACKENDS, faulty, one_per_worker
+from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS
+from tests.faults.envs import faulty, one_per_worker
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_step_error_names_every_failed_env_and_keeps_the_rest(
     backend: str, no_leaks: None
 ) -> None:
     faults = {1: [Fault("raise", "step", at=2)], 3: [Fault("raise", "step", at=2)]}
-    async with aiovec.AsyncVectorEnv(faulty(4, faults=faults), backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(4, faults=faults, backend=backend),
+                                     backend=backend) as envs:
         await envs.reset(seed=0)
         for action in (1.0, 2.0):
             await envs.step(np.full(4, action))
@@ -63,11 +65,11 @@ async def test_except_star_picks_the_sub_env_errors() -> None:
         assert [error.phase for error in caught] == ["reset"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("phase", ["init", "reset", "close"])
 async def test_errors_in_every_phase(backend: str, phase: str, no_leaks: None) -> None:
     faults = {1: [Fault("raise", phase)]}
-    envs = aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend)
+    envs = aiovec.AsyncVectorEnv(faulty(2, faults=faults, backend=backend), backend=backend)
     expected_phase = "make" if phase == "init" else phase
     async def reset_then_close() -> None:  # the phase decides which of the two raises
         await envs.reset(seed=1)
@@ -82,12 +84,13 @@ async def test_errors_in_every_phase(backend: str, phase: str, no_leaks: None) -
     assert envs.closed
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_unpicklable_info(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_info", "step")]}
-    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults, backend=backend),
+                                     backend=backend) as envs:
         await envs.reset()
-        if backend in ("process", "ray"):  # it must cross a process boundary: a clear error
+        if backend in WORKER_BACKENDS:  # it must cross a process boundary: a clear error
             with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
                 await envs.step(np.ones(2))
             assert isinstance(caught.value, aiovec.SerializationError)
@@ -99,10 +102,11 @@ async def test_unpicklable_info(backend: str, no_leaks: None) -> None:
             assert infos["_handle"].tolist() == [True, False]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_unpicklable_observation(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_obs", "step")]}
-    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults), backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults, backend=backend),
+                                     backend=backend) as envs:
         await envs.reset()
         if backend == "ray":  # observations travel pickled: a clear error for that sub-env
             with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
@@ -145,10 +149,11 @@ async def test_worker_that_dies_mid_step(kind: str, exit_status: int, descriptio
         assert envs.statistics().restarts == 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_call_errors_keep_the_healthy_results(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_obs", "close")], 1: [Fault("raise", "close")]}
-    async with aiovec.AsyncVectorEnv(faulty(3, faults=faults), backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(faulty(3, faults=faults, backend=backend),
+                                     backend=backend) as envs:
         with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
             await envs.call("_strike", "close")  # returns the fault kind due, if any
         assert isinstance(caught.value, InjectedFault)

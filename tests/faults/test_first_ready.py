@@ -9,6 +9,7 @@ import pytest
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger
+from tests.backends_matrix import EVENT_LOOPS, WORKER_BACKENDS
 from tests.faults.envs import faulty
 
 pytestmark = pytest.mark.anyio
@@ -40,18 +41,17 @@ async def test_a_worker_death_restarts_its_idle_neighbour_too(
 FIRST_READY_CHAOS = [
     ("thread", {"raise": 0.01, "hang": 0.003}),
     ("process", {"raise": 0.01, "exit": 0.003, "kill": 0.003, "hang": 0.002}),
-    ("inline", {"raise": 0.02}),
+    ("inline", {"raise": 0.02}),  # a hang would block the loop (no deadline can fire)
+    ("async", {"raise": 0.01, "hang": 0.003}),  # no process of its own to end
     ("ray", {"raise": 0.01, "exit": 0.003, "kill": 0.003, "hang": 0.002}),
 ]
-LOOPS = {"asyncio": ("asyncio", {}), "uvloop": ("asyncio", {"use_uvloop": True}),
-         "trio": ("trio", {})}
 
 
 # Every backend on every loop, except Ray on asyncio only: its actors answer the same way
 # whatever loop the caller runs, and each Ray chaos run costs ~10 s of the suite's budget.
 @pytest.mark.parametrize(("anyio_backend", "backend", "probabilities"), [
-    pytest.param(LOOPS[loop], backend, probabilities, id=f"{loop}-{backend}")
-    for loop in LOOPS for backend, probabilities in FIRST_READY_CHAOS
+    pytest.param(EVENT_LOOPS[loop], backend, probabilities, id=f"{loop}-{backend}")
+    for loop in EVENT_LOOPS for backend, probabilities in FIRST_READY_CHAOS
     if backend != "ray" or loop == "asyncio"
 ])
 async def test_chaos_with_first_ready_batches_loses_nothing(
@@ -60,8 +60,9 @@ async def test_chaos_with_first_ready_batches_loses_nothing(
     """Random faults under random batch sizes: every action sent is answered exactly once
     (a result, or a restart of its sub-env), and every injected fault led to a restart."""
     num_envs, rounds = 8, 200
-    factories = faulty(num_envs, ledger, probabilities=probabilities, hang_seconds=30.0)
-    kwargs: dict[str, Any] = {"num_workers": 4} if backend in ("process", "ray") else {}
+    factories = faulty(num_envs, ledger, probabilities=probabilities, hang_seconds=30.0,
+                       backend=backend)
+    kwargs: dict[str, Any] = {"num_workers": 4} if backend in WORKER_BACKENDS else {}
     rng = np.random.default_rng(5)
     async with aiovec.AsyncVectorEnv(factories, backend=backend, restart=100, timeout=1.0,
                                      **kwargs) as envs:

@@ -8,20 +8,22 @@ import pytest
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger
-from tests.faults.envs import BACKENDS, DEADLINE_BACKENDS, faulty, one_per_worker
+from tests.backends_matrix import ALL_BACKENDS, DEADLINE_BACKENDS
+from tests.faults.envs import faulty, one_per_worker
 
 pytestmark = pytest.mark.anyio
 
 FAST = aiovec.RestartPolicy(backoff=0.01)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
 async def test_raising_env_comes_back_in_the_same_batch(
     backend: str, mode: str, ledger: FaultLedger, no_leaks: None
 ) -> None:
     faults = {1: [Fault("raise", "step", at=2, instance=0)]}
-    async with aiovec.AsyncVectorEnv(faulty(3, ledger, faults), backend=backend, restart=FAST,
+    async with aiovec.AsyncVectorEnv(faulty(3, ledger, faults, backend=backend),
+                                     backend=backend, restart=FAST,
                                      autoreset_mode=mode) as envs:
         await envs.reset(seed=0)
         await envs.step(np.full(3, 1.0))
@@ -49,12 +51,16 @@ async def test_raising_env_comes_back_in_the_same_batch(
         assert ledger.count(1, "make") == 2 and ledger.faults([0, 1, 2]) == 1
 
 
+# Hangs on every backend with deadlines (DEADLINE_BACKENDS) but Ray, whose hangs restart in
+# tests/faults/test_first_ready.py; deaths where a sub-env has a process of its own to end.
 @pytest.mark.parametrize(("backend", "kind"), [("thread", "hang"), ("process", "hang"),
-                                               ("process", "exit"), ("process", "kill")])
+                                               ("async", "hang"), ("process", "exit"),
+                                               ("process", "kill")])
 async def test_hung_or_dead_env_is_restarted(backend: str, kind: str, ledger: FaultLedger,
                                              no_leaks: None) -> None:
     faults = {0: [Fault(kind, "step", at=1, instance=0)]}
-    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend, restart=FAST,
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend),
+                                     backend=backend, restart=FAST,
                                      timeout=0.5, **one_per_worker(backend, 2)) as envs:
         await envs.reset()
         await envs.step(np.ones(2))
@@ -70,11 +76,11 @@ async def test_hung_or_dead_env_is_restarted(backend: str, kind: str, ledger: Fa
         assert statistics.abandoned_threads == (1 if backend == "thread" else 0)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_failed_restart_is_retried(backend: str, ledger: FaultLedger,
                                          no_leaks: None) -> None:
     faults = {0: [Fault("raise", "step", instance=0), Fault("raise", "init", instance=1)]}
-    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend,
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend), backend=backend,
                                      restart=FAST) as envs:
         await envs.reset()
         obs, _, _, truncations, infos = await envs.step(np.ones(2))
@@ -86,11 +92,11 @@ async def test_failed_restart_is_retried(backend: str, ledger: FaultLedger,
         assert obs[0, 3] == 2
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_out_of_restarts_raises(backend: str, ledger: FaultLedger,
                                       no_leaks: None) -> None:
     faults = {1: [Fault("raise", "step")]}  # every instance fails its first step
-    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend,
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend), backend=backend,
                                      restart=aiovec.RestartPolicy(max_restarts=1,
                                                                   backoff=0.01)) as envs:
         await envs.reset()
@@ -104,11 +110,11 @@ async def test_out_of_restarts_raises(backend: str, ledger: FaultLedger,
         assert envs.statistics().restarts == 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_failed_reset_is_restarted_with_its_seed(backend: str, ledger: FaultLedger,
                                                        no_leaks: None) -> None:
     faults = {1: [Fault("raise", "reset", at=1, instance=0)]}
-    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend=backend,
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend), backend=backend,
                                      restart=FAST) as envs:
         first, _ = await envs.reset(seed=7)
         obs, infos = await envs.reset(seed=7)
@@ -124,10 +130,12 @@ async def test_restart_counts_per_env_and_backoff_is_validated(backend: str) -> 
     with pytest.raises(ValueError, match="max_restarts"):
         aiovec.RestartPolicy(max_restarts=-1)
     with pytest.raises(TypeError, match="restart must be"):
-        aiovec.AsyncVectorEnv(faulty(1), backend=backend, restart="always")  # type: ignore[arg-type]
+        aiovec.AsyncVectorEnv(faulty(1, backend=backend),
+                              backend=backend, restart="always")  # type: ignore[arg-type]
     policy = aiovec.RestartPolicy(backoff=0.5, backoff_factor=2, max_backoff=1.5)
     assert [policy.delay(attempt) for attempt in (1, 2, 3, 4)] == [0, 0.5, 1.0, 1.5]
-    assert aiovec.AsyncVectorEnv(faulty(1), backend=backend, restart=3).restart_policy == \
+    assert aiovec.AsyncVectorEnv(faulty(1, backend=backend),
+                                 backend=backend, restart=3).restart_policy == \
         aiovec.RestartPolicy(max_restarts=3)
 
 

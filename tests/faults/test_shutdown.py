@@ -18,7 +18,8 @@ from anyio import wait_all_tasks_blocked
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger
-from tests.faults.envs import DEADLINE_BACKENDS, faulty, one_per_worker
+from tests.backends_matrix import DEADLINE_BACKENDS
+from tests.faults.envs import faulty, one_per_worker
 from tests.leaks import wait_for_exit
 
 pytestmark = pytest.mark.anyio
@@ -27,8 +28,8 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
 async def test_close_during_a_hung_step_is_bounded(backend: str, ledger: FaultLedger,
                                                    no_leaks: None) -> None:
-    envs = aiovec.AsyncVectorEnv(faulty(2, ledger, {1: [Fault("hang", "step")]}),
-                                 backend=backend, close_timeout=0.5,
+    envs = aiovec.AsyncVectorEnv(faulty(2, ledger, {1: [Fault("hang", "step")]},
+                                        backend=backend), backend=backend, close_timeout=0.5,
                                  **one_per_worker(backend, 2))
     await envs.reset()
     outcome: list[BaseException] = []

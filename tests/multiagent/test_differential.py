@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import aiovec
+from tests.backends_matrix import SYNC_BACKENDS, WORKER_BACKENDS
 from tests.helpers import assert_identical
 from tests.multiagent.envs import Arena, mpe2_env, pettingzoo_env
 from tests.multiagent.reference import SerialParallelEnvs
@@ -80,13 +81,13 @@ CASES = [
 
 @pytest.mark.parametrize(("env_name", "mode"), CASES,
                          ids=[f"{name}-{mode.value}" for name, mode in CASES])
-@pytest.mark.parametrize("backend", ["inline", "thread", "process", "ray"])
+@pytest.mark.parametrize("backend", SYNC_BACKENDS)
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
 async def test_rollouts_match_stepping_one_by_one(
         anyio_backend: Any, backend: str, env_name: str, mode: AutoresetMode,
         no_leaks: None) -> None:
     env_fn, num_steps = ENVS[env_name]
-    options = {"num_workers": 2} if backend in ("process", "ray") else {}
+    options = {"num_workers": 2} if backend in WORKER_BACKENDS else {}
     async with aiovec.AsyncParallelVectorEnv([env_fn] * NUM_ENVS, backend=backend,
                                              autoreset_mode=mode, **options) as envs:
         await _compare(envs, env_fn, mode is AutoresetMode.NEXT_STEP,

@@ -20,6 +20,7 @@ from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 import aiovec
+from tests.backends_matrix import IN_AND_OUT_OF_PROCESS, SYNC_BACKENDS
 from tests.multiagent.envs import Arena, mpe2_env, pettingzoo_env
 
 
@@ -85,7 +86,7 @@ ENVS: dict[str, Callable[[], Any]] = {
 
 
 @pytest.mark.parametrize("env_name", sorted(ENVS))
-@pytest.mark.parametrize("backend", ["inline", "thread", "process", "ray"])
+@pytest.mark.parametrize("backend", SYNC_BACKENDS)
 def test_parallel_api_test_passes_through_aiovec(backend: str, env_name: str) -> None:
     env = ThroughAiovec(ENVS[env_name], backend)
     try:
@@ -99,6 +100,6 @@ def test_parallel_api_test_passes_through_aiovec(backend: str, env_name: str) ->
         env.close()
 
 
-@pytest.mark.parametrize("backend", ["inline", "process"])
+@pytest.mark.parametrize("backend", IN_AND_OUT_OF_PROCESS)
 def test_parallel_seed_test_passes_through_aiovec(backend: str) -> None:
     parallel_seed_test(functools.partial(ThroughAiovec, ENVS["sisl-pursuit"], backend))

@@ -15,6 +15,7 @@ from gymnasium.vector import AutoresetMode
 from pettingzoo.utils.conversions import parallel_to_aec
 
 import aiovec
+from tests.backends_matrix import IN_AND_OUT_OF_PROCESS, LOCAL_SYNC_BACKENDS
 from tests.multiagent.envs import Arena
 
 pytestmark = pytest.mark.anyio
@@ -103,7 +104,7 @@ async def test_bad_actions_are_refused_and_nothing_steps() -> None:
         assert obs["scout_0"][:, 2].tolist() == [1, 1]
 
 
-@pytest.mark.parametrize("backend", ["inline", "thread", "process"])
+@pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 async def test_a_failing_sub_env_is_named_with_its_traceback(backend: str, no_leaks: None) -> None:
     env_fns = [Arena, functools.partial(Arena, fail_at=2), Arena]
     async with aiovec.AsyncParallelVectorEnv(env_fns, backend=backend) as envs:
@@ -175,7 +176,7 @@ def _seed_where_scout_0_dies_first(health: int) -> tuple[int, int]:
     raise AssertionError("no such seed")
 
 
-@pytest.mark.parametrize("backend", ["inline", "process"])
+@pytest.mark.parametrize("backend", IN_AND_OUT_OF_PROCESS)
 async def test_a_restart_truncates_only_the_agents_still_in_the_episode(
         backend: str, no_leaks: None) -> None:
     """scout_0 died a step before its sub-env failed and was restarted: only scout_1, still
@@ -242,6 +243,14 @@ async def test_a_cancelled_step_leaves_the_env_usable_after_reset(no_leaks: None
         assert scope.cancelled_caught
         with pytest.raises(aiovec.ResetNeededError):
             await envs.step(scout_actions(2))
+        # Sub-env 1 is still in its hung step: a reset with a deadline gives up on it (its
+        # worker is ended), the next one makes it afresh, and both step on from the start.
+        with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+            await envs.reset(seed=0, timeout=1.0)
+        assert timed_out.value.env_indices == (1,)
+        await envs.reset(seed=0)
+        obs, *_ = await envs.step(scout_actions(2))
+        assert obs["scout_0"][:, 2].tolist() == [1, 1]
 
 
 async def test_a_raising_sub_env_is_restarted_with_its_agents_truncated(no_leaks: None) -> None:
@@ -313,7 +322,7 @@ def _constant_actions(envs: Any, rows: int) -> dict[str, Any]:
             "late": np.full((rows, 2), 0.5, dtype=np.float32)}
 
 
-@pytest.mark.parametrize("backend", ["inline", "thread", "process"])
+@pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 async def test_first_ready_batches_equal_full_steps_per_sub_env(backend: str,
                                                                 no_leaks: None) -> None:
     """send/recv/batches in batches of 1 give every sub-env the trajectory full-batch steps

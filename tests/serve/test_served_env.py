@@ -238,7 +238,9 @@ async def test_healthz_stays_responsive_while_heavy_envs_step(
                     latencies.append(time.perf_counter() - started)
             group.cancel_scope.cancel()
     p50, p99 = np.percentile(latencies, 50), np.percentile(latencies, 99)
-    record_property("healthz_p50_ms", round(float(p50) * 1e3, 2))  # xdist sends plain floats
+    # Plain floats: pytest-xdist sends the properties to the controller, and its serializer
+    # refuses numpy scalars (the worker crashes).
+    record_property("healthz_p50_ms", round(float(p50) * 1e3, 2))
     record_property("healthz_p99_ms", round(float(p99) * 1e3, 2))
     print(f"/healthz under load: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms, "
           f"mean {statistics.mean(latencies) * 1e3:.2f} ms")

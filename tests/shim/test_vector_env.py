@@ -19,10 +19,10 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.backends.test_process import wait_for_exit
+from tests.backends_matrix import LOCAL_SYNC_BACKENDS
 from tests.envs import FifoStepEnv, GatedEnv, PidEnv, wait_for_fifo
 
-BACKENDS = ["inline", "thread", "process"]
-backends = pytest.mark.parametrize("backend", BACKENDS)
+backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
 
 @pytest.fixture
@@ -179,15 +179,27 @@ def test_ctrl_c_cancels_the_blocking_call(ctrl_c: None) -> None:
 
 
 def test_gymnasium_vector_wrappers_work() -> None:
+    """Gymnasium's RecordEpisodeStatistics on the shim reports every episode that ended, with
+    the length and return counted here (CartPole pays 1 a step; the autoreset step after an
+    episode's end is no step of either episode)."""
     shim = aiovec.VectorEnv([lambda: gym.make("CartPole-v1")] * 2)
     envs = gym.wrappers.vector.RecordEpisodeStatistics(shim)
     try:
         envs.reset(seed=0)
-        episodes = 0
+        envs.action_space.seed(0)
+        lengths, ended, episodes = np.zeros(2, int), np.zeros(2, bool), np.zeros(2, int)
         for _ in range(300):
-            *_, infos = envs.step(envs.action_space.sample())
-            episodes += int(infos.get("_episode", np.zeros(2, bool)).sum())
-        assert episodes > 0
+            *_, terminations, truncations, infos = envs.step(envs.action_space.sample())
+            lengths += ~ended  # the step after an end is the autoreset step
+            ended = terminations | truncations
+            reported = infos.get("_episode", np.zeros(2, bool))
+            assert reported.tolist() == ended.tolist()
+            if ended.any():
+                assert infos["episode"]["l"][ended].tolist() == lengths[ended].tolist()
+                assert infos["episode"]["r"][ended].tolist() == lengths[ended].tolist()
+            episodes += ended
+            lengths[ended] = 0
+        assert (episodes >= 3).all(), episodes  # CartPole's random episodes are short
     finally:
         envs.close()
     assert shim.closed
