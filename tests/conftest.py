@@ -132,7 +132,7 @@ async def no_leaks(request: pytest.FixtureRequest,
     and the other pytest-xdist workers create and remove processes, descriptors and
     ``/dev/shm`` entries (Ray's object store, Python's semaphores) at any moment. aiovec never
     names its shared memory: each batch is an anonymous ``memfd_create("aiovec-batch")``
-    (``aiovec._backends._shared_memory.open_block``), freed by the kernel once no process
+    (``aiovec._backends._process._shared_memory.open_block``), freed by the kernel once no process
     maps it or holds its descriptor. So a leak is such a block still mapped here
     (``/proc/self/maps``) or a descriptor still open (``/proc/self/fd``); the workers' own
     copies go with the workers, which must be gone (this process's children, and what its

@@ -81,7 +81,7 @@ def open_fds() -> set[str]:
 
 
 #: The name aiovec gives each batch's anonymous shared memory file
-#: (``aiovec._backends._shared_memory.open_block``); ``/proc/<pid>/maps`` shows it as
+#: (``aiovec._backends._process._shared_memory.open_block``); ``/proc/<pid>/maps`` shows it as
 #: ``/memfd:aiovec-batch (deleted)``.
 BATCH_MEMFD = "/memfd:aiovec-batch"
 

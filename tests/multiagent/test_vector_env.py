@@ -247,7 +247,7 @@ async def test_a_cancelled_step_leaves_the_env_usable_after_reset(no_leaks: None
         # worker is ended), the next one makes it afresh, and both step on from the start.
         with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
             await envs.reset(seed=0, timeout=1.0)
-        assert timed_out.value.env_indices == (1,)
+        assert timed_out.value.env_ids == (1,)
         await envs.reset(seed=0)
         obs, *_ = await envs.step(scout_actions(2))
         assert obs["scout_0"][:, 2].tolist() == [1, 1]
