@@ -13,6 +13,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
+
 from aiovec.testing import AsyncAdapter
 
 #: The event loops, by test id: what anyio's pytest plugin takes as ``anyio_backend``.
@@ -64,6 +66,14 @@ WORKER_BACKENDS = ["process", "ray"]
 #: for checks of the layers above the backend (multi-agent seeding and restart bookkeeping),
 #: which every backend feeds the same way.
 IN_AND_OUT_OF_PROCESS = ["inline", "process"]
+
+
+def slow_on(backends: Sequence[str], *slow: str) -> list[Any]:
+    """``backends`` for ``parametrize``, the variants on the ``slow`` ones marked ``slow``
+    (long rollouts pay a worker round trip per step): the quick tier (``make check``) leaves
+    them out, ``make unit`` runs them. Ray's variants are slow anyway (tests/conftest.py)."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name
+            for name in backends]
 
 
 def for_backend(backend: str, factories: Sequence[Callable[[], Any]]) -> list[Any]:

@@ -71,8 +71,13 @@ def _uses_ray(request: pytest.FixtureRequest) -> bool:
 #: session's runtime with ``address="auto"`` would find two.
 OWN_RAY_CLUSTER = ("tests/backends/test_ray_cluster.py",
                    "tests/test_examples.py::test_ray_cluster_example_recovers_from_a_dead_node")
+#: The Ray backend's own tests: the only Ray tests not marked ``slow``.
+RAY_QUICK = "tests/backends/test_ray.py"
 #: The pytest-xdist group of every test that touches Ray.
 RAY_GROUP = "ray"
+#: The event loop whose variant of every test is ``slow``: uvloop runs asyncio's code paths
+#: (aiovec sees an asyncio loop), and its variants are a third of the suite.
+SLOW_LOOP = EVENT_LOOPS["uvloop"]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -84,12 +89,23 @@ def pytest_collection_modifyitems(config: pytest.Config,
     exactly one cluster on the machine. Without xdist (tests/rllib's venv) that mark is left
     out: it is xdist's, unknown to ``--strict-markers`` there.
 
-    A wrapper: the marks are added before xdist's worker reads them, and its grouping is
-    checked after (see ``_group_by_suffix``).
+    So the Ray tests run one after another, and they are slow (an actor takes seconds to
+    start): all but the Ray backend's own (``RAY_QUICK``) are marked ``slow``, so that the
+    quick tier (``make check``) does not wait on that one worker. So are the uvloop variants
+    (``SLOW_LOOP``). ``make unit`` runs them all.
+
+    A wrapper: the marks are added before ``-m`` and xdist's worker read them, and xdist's
+    grouping is checked after (see ``_group_by_suffix``).
     """
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if _item_uses_ray(item) or item.nodeid.startswith(OWN_RAY_CLUSTER):
+    grouping = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:
+            item.add_marker(pytest.mark.slow)
+        if _item_uses_ray(item) or item.nodeid.startswith(OWN_RAY_CLUSTER):
+            if not item.nodeid.startswith(RAY_QUICK):
+                item.add_marker(pytest.mark.slow)
+            if grouping:
                 item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
     yield
     if getattr(config.option, "loadgroup", False):  # set in xdist workers under loadgroup

@@ -12,6 +12,10 @@ from typing import Any
 
 import pytest
 
+# Each example starts a fresh interpreter and its own workers: make unit runs them, the quick
+# tier (make check) has the tests of what they use.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

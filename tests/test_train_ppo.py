@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # trainings of tens of seconds each
+
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ppo.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ROLLOUT = 8 * 64  # env steps per rollout at the script's defaults (8 sub-envs)

@@ -100,6 +100,7 @@ def test_steps_match_dummy_vec_env(backend: str, no_orphans: None) -> None:
         oracle.close()
 
 
+@pytest.mark.slow  # spawn: fresh interpreters
 def test_subproc_vec_env_keywords_are_understood(no_orphans: None) -> None:
     """``start_method``, SubprocVecEnv's one keyword, means the same here."""
     vec_env = make_vec_env("CartPole-v1", n_envs=2, vec_env_cls=SB3VecEnv,
@@ -331,6 +332,7 @@ def test_sb3_vector_wrappers_behave_as_on_dummy_vec_env() -> None:
         oracle.close()
 
 
+@pytest.mark.slow
 def test_ppo_learns_from_a_process_backed_vec_env(tmp_path: Path, no_orphans: None) -> None:
     vec_env = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=SB3VecEnv,
                            vec_env_kwargs={"backend": "process", "num_workers": 2})

@@ -170,6 +170,7 @@ def test_scripts_need_no_main_guard(tmp_path: Path) -> None:
     assert done.stdout.count("ran (2, 4)") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # ~20 s each: no uvloop run
 async def test_fifty_cycles_and_a_crash_leak_nothing(anyio_backend: str,
                                                      no_leaks: None) -> None:

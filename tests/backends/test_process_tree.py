@@ -29,7 +29,8 @@ pytestmark = pytest.mark.anyio
 HELPERS_PER_ENV = 5
 #: Generous: the design ends a tree within the SIGTERM grace (1 s) plus a SIGKILL round.
 GONE_WITHIN = 15.0
-START_METHODS = ["forkserver", "spawn"]
+#: spawn (a fresh interpreter per worker) is the slower path: the quick tier keeps the default.
+START_METHODS = ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)]
 REPO = Path(__file__).resolve().parents[2]
 
 

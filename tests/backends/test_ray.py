@@ -151,15 +151,19 @@ def test_ray_started_by_aiovec_serves_every_later_vector_env() -> None:
         import aiovec
         fns = [functools.partial(gym.make, "CartPole-v1")] * 2
 
-        def shim_round(name):
-            envs = aiovec.VectorEnv(fns, backend="ray", address="local")
+        def shim_round(name, **options):
+            envs = aiovec.VectorEnv(fns, backend="ray", address="local", **options)
             envs.reset(seed=0)
             print(name, envs.step(np.array([0, 1]))[1].tolist(), flush=True)
             envs.close()
 
         for index in range(3):
             shim_round(f"row {index}")
-        threads = [threading.Thread(target=shim_round, args=(f"parallel {index}",))
+        # One actor (one CPU) each: by default a vector env takes an actor per CPU of the
+        # runtime (2 here), and two made at once could each get one placed and wait for
+        # the other's CPU until the start deadline (it did: the script timed out).
+        threads = [threading.Thread(target=shim_round, args=(f"parallel {index}",),
+                                    kwargs={"num_workers": 1})
                    for index in range(2)]
         for thread in threads:
             thread.start()

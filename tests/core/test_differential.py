@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aiovec
 from aiovec.testing import SPACE_KINDS, EpisodeEnv
-from tests.backends_matrix import LOCAL_BACKENDS, for_backend
+from tests.backends_matrix import LOCAL_BACKENDS, for_backend, slow_on
 from tests.helpers import assert_identical
 
 NUM_ENVS = 4
@@ -112,7 +112,8 @@ kinds = pytest.mark.parametrize("kind", ENV_KINDS)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("backend", LOCAL_BACKENDS)  # Ray: the next test, on one loop
+# Ray: the next test, on one loop. The process backend's rollouts: make unit only.
+@pytest.mark.parametrize("backend", slow_on(LOCAL_BACKENDS, "process"))
 @modes
 @kinds
 async def test_async_rollouts_match_sync_vector_env(
@@ -144,7 +145,8 @@ async def check_async_rollout(backend: str, mode: AutoresetMode, kind: str,
 
 
 @pytest.mark.parametrize(("backend", "kind"), [
-    *((backend, kind) for backend in LOCAL_BACKENDS for kind in ENV_KINDS),
+    *(pytest.param(backend, kind, marks=[pytest.mark.slow] if backend == "process" else [])
+      for backend in LOCAL_BACKENDS for kind in ENV_KINDS),
     ("ray", "dict"),  # the shim's path is the same for every backend: one kind is enough
 ])
 @modes

@@ -18,6 +18,7 @@ from tests.backends_matrix import (
     CONCURRENT_IN_PROCESS_BACKENDS,
     LOCAL_BACKENDS,
     LOCAL_DEADLINE_BACKENDS,
+    slow_on,
 )
 from tests.core.test_differential import as_async, rollout, run_without_loop
 from tests.envs import RaisingEnv
@@ -198,7 +199,7 @@ async def test_misuse_is_refused_and_touches_nothing(anyio_backend: Any, backend
         assert len(obs) == 4
 
 
-@backends
+@pytest.mark.parametrize("backend", slow_on(LOCAL_BACKENDS, "process"))
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.value)
 async def test_full_batches_match_sync_vector_env(
         anyio_backend: Any, backend: str, mode: AutoresetMode) -> None:

@@ -31,7 +31,9 @@ import sniffio
 import aiovec
 from tests.backends_matrix import LOCAL_DEADLINE_BACKENDS
 
-pytestmark = pytest.mark.anyio
+# Timing of the loop itself: a loaded machine delays it as a blocked loop would, so these run
+# alone (make unit runs the serial tests after the parallel run).
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 STEP_SECONDS = 0.05
 #: A loop blocked for one sub-env step would make the probe at least this late.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import aiovec
-from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS
+from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS, slow_on
 from tests.faults.envs import faulty
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def step_or_cancel(envs: aiovec.AsyncVectorEnv, actions: Any,
     return results[0] if results else None
 
 
-@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("backend", slow_on(ALL_BACKENDS, "process"))
 async def test_cancellation_storm(backend: str, no_leaks: None) -> None:
     """1,000 steps, each cancelled at a random moment, interleaved with normal steps: every
     result is the answer to its own step (the action and step count are in the obs)."""

@@ -17,7 +17,8 @@ import aiovec
 from aiovec.testing import FaultLedger, ProcessTreeEnv, tagged_processes
 from tests.faults.envs import faulty, one_per_worker
 
-pytestmark = pytest.mark.anyio
+# Minutes of chaos in all: make unit runs it, the quick tier (make check) does not.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 NUM_ENVS = 16
 NUM_STEPS = 20_000

@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import aiovec
-from tests.backends_matrix import SYNC_BACKENDS, WORKER_BACKENDS
+from tests.backends_matrix import SYNC_BACKENDS, WORKER_BACKENDS, slow_on
 from tests.helpers import assert_identical
 from tests.multiagent.envs import Arena, mpe2_env, pettingzoo_env
 from tests.multiagent.reference import SerialParallelEnvs
@@ -81,7 +81,7 @@ CASES = [
 
 @pytest.mark.parametrize(("env_name", "mode"), CASES,
                          ids=[f"{name}-{mode.value}" for name, mode in CASES])
-@pytest.mark.parametrize("backend", SYNC_BACKENDS)
+@pytest.mark.parametrize("backend", slow_on(SYNC_BACKENDS, "process"))
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
 async def test_rollouts_match_stepping_one_by_one(
         anyio_backend: Any, backend: str, env_name: str, mode: AutoresetMode,

@@ -69,6 +69,7 @@ async def test_a_session_resets_and_steps_like_gymnasium(start_server: Any) -> N
         assert (await client.get(f"/sessions/{session}")).status_code == 404
 
 
+@pytest.mark.slow
 @ASYNCIO
 async def test_fifty_concurrent_sessions_step(anyio_backend: str, start_server: Any) -> None:
     server = start_server("--max-sessions", "60")
@@ -213,6 +214,7 @@ async def test_a_crashing_simulator_gets_a_structured_answer(anyio_backend: str,
                              "1": "RuntimeError: simulator fault at step 3"}
 
 
+@pytest.mark.slow
 @ASYNCIO
 async def test_healthz_stays_responsive_while_heavy_envs_step(
         anyio_backend: str, start_server: Any, record_property: Any) -> None:

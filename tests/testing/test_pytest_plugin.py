@@ -54,8 +54,11 @@ async def test_a_leak_fails_the_test(aiovec_no_leaks):
 @pytest.mark.parametrize(("plugin", "mark", "options"), [
     ("asyncio", "pytest.mark.asyncio", ["-p", "asyncio", "-o", "asyncio_mode=strict",
                                         "-o", "asyncio_default_fixture_loop_scope=function"]),
-    ("anyio-asyncio", "pytest.mark.anyio", ["-p", "anyio", "-p", "no:asyncio"]),
-    ("anyio-trio", "pytest.mark.anyio", ["-p", "anyio", "-p", "no:asyncio"]),
+    # Whole pytest sessions of seconds each: the quick tier keeps the first.
+    pytest.param("anyio-asyncio", "pytest.mark.anyio", ["-p", "anyio", "-p", "no:asyncio"],
+                 marks=pytest.mark.slow),
+    pytest.param("anyio-trio", "pytest.mark.anyio", ["-p", "anyio", "-p", "no:asyncio"],
+                 marks=pytest.mark.slow),
 ])
 def test_the_fixtures_under_each_plugin(pytester: pytest.Pytester,
                                         monkeypatch: pytest.MonkeyPatch, plugin: str,
