@@ -25,12 +25,12 @@ import sniffio
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._autoreset import Autoreset
+from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
 from aiovec._core._requests import CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
-from aiovec._exceptions import ClosedError
 
 __all__ = ["AsyncBackend"]
 
@@ -58,7 +58,7 @@ class _AsyncSlot:
         #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
         self.jobs: collections.deque[_Job] = collections.deque()
         self.busy = False
-        #: True while a request's task is inside ``_serve`` (so cancelling it unwinds it).
+        #: True while a request's task is inside ``_run_job`` (so cancelling it unwinds it).
         self.running = False
         #: Given up on (deadline missed): its request is cancelled, its env then closed.
         self.discarded = False
@@ -151,41 +151,20 @@ _HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {
 }
 
 
-class _AsyncPending(Pending):
-    """Replies delivered by the sub-envs' tasks; the last one wakes the awaiting task."""
+class _AsyncPending(CountdownPending):
+    """Replies handed in by the sub-envs' tasks, in the event loop's thread."""
 
-    __slots__ = ("_done", "_remaining")
-
-    def __init__(self, op: Op, env_indices: Sequence[int],
-                 arrivals: Arrivals | None = None) -> None:
-        super().__init__(op, env_indices, arrivals)
-        self._remaining = len(self.env_indices)
-        self._done: anyio.Event | None = None
+    __slots__ = ()
 
     def deliver(self, position: int, reply: Any) -> None:
         self.replies[position] = reply
         if self.arrivals is not None:
             self.arrivals.land(self, position)
-        self._remaining -= 1
-        if not self._remaining and self._done is not None:
-            self._done.set()
-
-    async def wait(self) -> None:
-        if not self._remaining:
-            await anyio.lowlevel.checkpoint()
-            return
-        if self._done is None:
-            self._done = anyio.Event()
-        await self._done.wait()
-
-    def abort(self) -> None:
-        self._remaining = 0
-        if self._done is not None:
-            self._done.set()
+        self.paid()
 
 
-Serve = Callable[[_AsyncSlot], Coroutine[Any, Any, None]]
-Spawner = Callable[[Serve, _AsyncSlot], None]
+RunJob = Callable[[_AsyncSlot], Coroutine[Any, Any, None]]
+Spawner = Callable[[RunJob, _AsyncSlot], None]
 
 
 def _task_spawner() -> Spawner:
@@ -193,23 +172,24 @@ def _task_spawner() -> Spawner:
     if sniffio.current_async_library() == "asyncio":
         loop = asyncio.get_running_loop()
 
-        def spawn_asyncio(serve: Serve, slot: _AsyncSlot) -> None:
+        def spawn_asyncio(run_job: RunJob, slot: _AsyncSlot) -> None:
             # The slot holds the task until its next request: no other reference is needed.
-            slot.task = loop.create_task(serve(slot))
+            slot.task = loop.create_task(run_job(slot))
 
         return spawn_asyncio
 
     import trio
 
-    async def in_scope(serve: Serve, slot: _AsyncSlot) -> None:
+    async def in_scope(run_job: RunJob, slot: _AsyncSlot) -> None:
         with trio.CancelScope() as scope:
             slot.task = scope
-            await serve(slot)
+            await run_job(slot)
 
-    def spawn_trio(serve: Serve, slot: _AsyncSlot) -> None:
+    def spawn_trio(run_job: RunJob, slot: _AsyncSlot) -> None:
         # A system task: requests run whether or not anyone awaits them (like a thread). It
         # gets the caller's context variables, as an asyncio task does.
-        trio.lowlevel.spawn_system_task(in_scope, serve, slot, name=f"aiovec-env-{slot.env_index}",
+        trio.lowlevel.spawn_system_task(in_scope, run_job, slot,
+                                        name=f"aiovec-env-{slot.env_index}",
                                         context=contextvars.copy_context())
 
     return spawn_trio
@@ -235,7 +215,6 @@ class AsyncBackend(Backend):
         #: Slots given up on whose env is not closed yet (closed by their own task).
         self._retired: set[_AsyncSlot] = set()
         self._retired_closed: anyio.Event | None = None  # set once none is left (aclose)
-        self._closing = False
         self._cancelled_all = False
 
     async def start(self) -> Pending:
@@ -253,12 +232,12 @@ class AsyncBackend(Backend):
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
         pending = _AsyncPending(op, env_indices, arrivals)
-        slots, closing, lost = self._slots, self._closing, self._lost
+        slots, closing, lost = self._slots, self.closing, self._lost
         unlimited = self.max_concurrency is None  # then nothing ever waits for a permit
-        spawn, serve = self._spawn, self._serve
+        spawn, run_job = self._spawn, self._run_job
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if closing or env_index in lost:
-                pending.deliver(position, _lost(env_index, op))
+                pending.deliver(position, given_up_reply(env_index, op, _GIVEN_UP))
                 continue
             slot = slots[env_index]
             slot.jobs.append((op, payload, pending, position))
@@ -266,7 +245,7 @@ class AsyncBackend(Backend):
                 slot.busy = True
                 if unlimited:
                     self._running += 1
-                    spawn(serve, slot)
+                    spawn(run_job, slot)
                 else:
                     self._waiting.append(slot)
         if not unlimited:
@@ -278,9 +257,9 @@ class AsyncBackend(Backend):
         waiting, limit = self._waiting, self.max_concurrency
         while waiting and (limit is None or self._running < limit):
             self._running += 1
-            self._spawn(self._serve, waiting.popleft())
+            self._spawn(self._run_job, waiting.popleft())
 
-    async def _serve(self, slot: _AsyncSlot) -> None:
+    async def _run_job(self, slot: _AsyncSlot) -> None:
         """One request's task: run it, deliver its reply (any exception of the sub-env's
         own as a ``Failure``), hand the permit on.
 
@@ -318,7 +297,7 @@ class AsyncBackend(Backend):
             if not self._retired and self._retired_closed is not None:
                 self._retired_closed.set()
         # Closing, only the envs given up on earlier still get to close, until all is cancelled.
-        if slot.jobs and not self._cancelled_all and (slot.discarded or not self._closing):
+        if slot.jobs and not self._cancelled_all and (slot.discarded or not self.closing):
             self._waiting.append(slot)
         else:
             slot.busy = False
@@ -336,7 +315,7 @@ class AsyncBackend(Backend):
             slot, self._slots[env_index] = self._slots[env_index], self._new_slot(env_index)
             for _op, _payload, pending, position in slot.jobs:
                 if pending is not None:
-                    pending.deliver(position, _lost(env_index, _op))
+                    pending.deliver(position, given_up_reply(env_index, _op, _GIVEN_UP))
             slot.jobs.clear()
             slot.discarded = True
             self._retired.add(slot)
@@ -347,27 +326,24 @@ class AsyncBackend(Backend):
             # else: its task, or its permit, is still to come; it then closes the env
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
-        if self._closing:
-            raise ClosedError("the vector env was closed during a restart")
+        self.refuse_if_closing()
         self._lost.difference_update(env_indices)
         pending = self.submit(Op.MAKE, env_indices, [self.env_fns[i] for i in env_indices])
         await pending.wait()
         return Remade(list(env_indices), pending.failures())
 
-    async def aclose(self, timeout: float) -> Pending | None:
-        if not hasattr(self, "_slots") or self._closing:
-            return None
-        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
-        self._closing = True
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(timeout):
-                await pending.wait()
-                if self._retired:  # envs given up on earlier are still closing
-                    self._retired_closed = anyio.Event()
-                    await self._retired_closed.wait()
-            self._cancel_all()
-            await anyio.lowlevel.checkpoint()  # let the cancelled tasks unwind
-        return pending
+    def hosts_started(self) -> bool:
+        return hasattr(self, "_slots")
+
+    async def wait_closed(self, pending: Pending) -> None:
+        await pending.wait()
+        if self._retired:  # envs given up on earlier are still closing
+            self._retired_closed = anyio.Event()
+            await self._retired_closed.wait()
+
+    async def release_hosts(self, pending: Pending) -> None:
+        self._cancel_all()
+        await anyio.lowlevel.checkpoint()  # let the cancelled tasks unwind
 
     def _cancel_all(self) -> None:
         self._cancelled_all = True
@@ -379,7 +355,7 @@ class AsyncBackend(Backend):
 
     def close_nowait(self) -> None:
         # No event loop may be running: the envs' async close cannot run, only be cancelled.
-        self._closing = True
+        self.closing = True
         if hasattr(self, "_slots"):
             with contextlib.suppress(RuntimeError):  # the loop is closed already
                 self._cancel_all()
@@ -395,10 +371,5 @@ class AsyncBackend(Backend):
         return f"async backend, {self.num_envs - len(self._lost)} coroutine envs{cap}"
 
 
-def _lost(env_index: int, op: Op) -> Any:
-    """The reply of a sub-env given up on and not remade yet (or of a closed vector env)."""
-    if op is Op.CLOSE:
-        return None
-    return Failure(env_index, op.value, None,
-                   "the sub-env was given up on (it missed a deadline) or the vector env closed",
-                   "")
+#: Why a request to a sub-env given up on (and not remade yet) or to a closing one failed.
+_GIVEN_UP = "the sub-env was given up on (it missed a deadline) or the vector env closed"

@@ -2,7 +2,65 @@
 
 from __future__ import annotations
 
-__all__ = ["split_into_shares", "workers_within"]
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._requests import Failure, Op
+
+__all__ = ["CountdownPending", "given_up_reply", "split_into_shares", "workers_within"]
+
+
+class CountdownPending(Pending):
+    """A request whose replies are handed in (by tasks, threads or completion callbacks)
+    rather than read by the task that waits: it counts what is still owed, and the hand-in
+    that pays the last of it wakes that task.
+
+    ``owed`` counts replies, or whatever unit a backend hands them in by (a Ray actor's
+    batch); it changes only in the event loop's thread. The event is made on first need:
+    most requests are answered before anyone waits.
+    """
+
+    __slots__ = ("_done", "owed")
+
+    def __init__(self, op: Op, env_indices: Sequence[int], arrivals: Arrivals | None = None,
+                 *, owed: int | None = None) -> None:
+        super().__init__(op, env_indices, arrivals)
+        self.owed = len(self.env_indices) if owed is None else owed
+        self._done: anyio.Event | None = None
+
+    def paid(self, count: int = 1) -> None:
+        """``count`` more of what is owed came in (call in the event loop's thread)."""
+        self.owed -= count
+        if self.owed <= 0 and self._done is not None:
+            self._done.set()
+
+    def paid_in_full(self) -> None:
+        """Everything owed came in (call in the event loop's thread)."""
+        self.paid(self.owed)
+
+    async def wait(self) -> None:
+        if self.owed <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = anyio.Event()
+        await self._done.wait()
+
+    def abort(self) -> None:
+        self.paid_in_full()
+
+
+def given_up_reply(env_index: int, op: Op, why: str) -> Any:
+    """The reply of a sub-env that has no host any more (given up on after a deadline and not
+    remade yet, or the vector env is closing): a failure, except for ``Op.CLOSE``, where
+    there is nothing left to close."""
+    if op is Op.CLOSE:
+        return None
+    return Failure(env_index, op.value, None, why, "")
 
 
 def workers_within(num_workers: int | None, max_concurrency: int | None, default: int) -> int:

@@ -90,13 +90,13 @@ class InlineBackend(Backend):
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
         if arrivals is None:  # requests run in the order they were made
-            self._serve_sent()
+            self._run_sent()
         pending = _InlinePending(op, env_indices, payloads, self._slots, arrivals)
         if arrivals is not None:
             self._unserved.append(pending)
         return pending
 
-    def _serve_sent(self) -> None:
+    def _run_sent(self) -> None:
         unserved, self._unserved = self._unserved, []
         for pending in unserved:
             pending.run()
@@ -110,18 +110,19 @@ class InlineBackend(Backend):
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
         # Everything sent runs now, in order: each reply lands as its sub-env finishes.
         await anyio.lowlevel.checkpoint()
-        self._serve_sent()
+        self._run_sent()
 
-    async def aclose(self, timeout: float) -> Pending | None:
-        slots = getattr(self, "_slots", None)
-        if slots is None:
-            return None
-        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
-        with anyio.CancelScope(shield=True):
-            await pending.wait()
-        return pending
+    def hosts_started(self) -> bool:
+        return hasattr(self, "_slots")
+
+    async def release_hosts(self, pending: Pending) -> None:
+        # An inline sub-env cannot be stopped from outside: its close runs in full, deadline
+        # or not (a no-op when the close ran already).
+        assert isinstance(pending, _InlinePending)
+        pending.run()
 
     def close_nowait(self) -> None:
+        self.closing = True
         for slot in getattr(self, "_slots", ()):
             slot.run(Op.CLOSE, None)
 

@@ -19,13 +19,13 @@ import anyio.to_thread
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import run_cleanups, take_cleanups
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._requests import NO_REPLY, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
-from aiovec._exceptions import ClosedError
 
 __all__ = ["ThreadBackend"]
 
@@ -33,20 +33,18 @@ __all__ = ["ThreadBackend"]
 _Job = tuple[Op, Any, "_ThreadPending | None", int]
 
 
-class _ThreadPending(Pending):
-    """Counts replies delivered by sub-env threads; the last one wakes the awaiting task."""
+class _ThreadPending(CountdownPending):
+    """Replies handed in by sub-env threads: counted under a lock in those threads, so that
+    only the last one wakes the event loop (one wake-up per request, not one per reply)."""
 
-    __slots__ = ("_done", "_lock", "_remaining", "_wake")
+    __slots__ = ("_arrived", "_lock", "_wake")
 
     def __init__(self, op: Op, env_indices: Sequence[int], wake: ThreadsafeCaller,
                  arrivals: Arrivals | None = None) -> None:
         super().__init__(op, env_indices, arrivals)
-        self._remaining = len(self.env_indices)
+        self._arrived = 0
         self._lock = threading.Lock()
-        self._done = anyio.Event()
         self._wake = wake
-        if not self._remaining:
-            self._done.set()
 
     def deliver(self, position: int, reply: Any) -> None:
         """Store one sub-env's reply (called from that sub-env's thread)."""
@@ -55,18 +53,12 @@ class _ThreadPending(Pending):
             self.arrivals.land_from_thread(self, position)
             return
         with self._lock:
-            self._remaining -= 1
-            last = self._remaining == 0
+            self._arrived += 1
+            last = self._arrived == len(self.env_indices)
         if last:
             # A RuntimeError means the event loop is closed: nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
-                self._wake(self._done.set)
-
-    async def wait(self) -> None:
-        await self._done.wait()
-
-    def abort(self) -> None:
-        self._done.set()
+                self._wake(self.paid_in_full)
 
 
 class _Permit:
@@ -110,7 +102,7 @@ class _Permit:
             self._limiter.release()
 
 
-def _serve(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None) -> None:
+def _thread_main(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None) -> None:
     """A sub-env thread's whole life: serve requests until asked to close.
 
     With a ``permit`` (``max_concurrency``), a request runs only while holding it, so at most
@@ -174,7 +166,6 @@ class ThreadBackend(Backend):
         self._abandoned: list[threading.Thread] = []
         #: The sub-envs of abandoned threads: if still hung at close, their cleanups run then.
         self._abandoned_slots: list[tuple[threading.Thread, EnvSlot]] = []
-        self._closing = False
         for env_index in range(self.num_envs):
             self._start_thread(env_index)
         return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
@@ -187,7 +178,7 @@ class ThreadBackend(Backend):
     def _start_thread(self, env_index: int) -> None:
         if self._limiter is not None:
             self._permits[env_index] = _Permit(self._limiter)
-        thread = threading.Thread(target=_serve, daemon=True, name=f"aiovec-env-{env_index}",
+        thread = threading.Thread(target=_thread_main, daemon=True, name=f"aiovec-env-{env_index}",
                                   args=(self._slots[env_index], self._queues[env_index],
                                         self._permits[env_index]))
         self._threads[env_index] = thread
@@ -198,8 +189,8 @@ class ThreadBackend(Backend):
         pending = _ThreadPending(op, env_indices, self._wake, arrivals)
         queues, threads = self._queues, self._threads
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
-            if threads[env_index] is None or self._closing:  # abandoned, or closed
-                pending.deliver(position, _lost(env_index, op))
+            if threads[env_index] is None or self.closing:  # abandoned, or closed
+                pending.deliver(position, given_up_reply(env_index, op, _NO_THREAD))
             else:
                 queues[env_index].put((op, payload, pending, position))
         return pending
@@ -224,8 +215,7 @@ class ThreadBackend(Backend):
             self._queues[env_index] = queue.SimpleQueue()
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
-        if self._closing:
-            raise ClosedError("the vector env was closed during a restart")
+        self.refuse_if_closing()
         lingering = self.abandoned_threads()
         refused: list[Failure] = []
         for env_index in env_indices:
@@ -249,30 +239,26 @@ class ThreadBackend(Backend):
                            if thread.is_alive()]
         return len(self._abandoned)
 
-    async def aclose(self, timeout: float) -> Pending | None:
-        if not hasattr(self, "_threads") or self._closing:
-            return None
-        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
-        self._closing = True  # from now on, nothing is queued for threads that have exited
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(timeout):
-                await pending.wait()
-            # Threads that answered are returning; a hung one is a daemon and is abandoned.
-            finishing = [thread for thread, reply in zip(self._threads, pending.replies)
-                         if reply is not NO_REPLY and thread is not None]
-            await anyio.to_thread.run_sync(_join_all, finishing, 1.0)
-            # A sub-env still hung will close itself if its call ever returns; its cleanups
-            # run now (taken, so never twice).
-            hung = [slot for thread, slot in self._abandoned_slots if thread.is_alive()]
-            hung += [slot for thread, slot, reply in zip(self._threads, self._slots,
-                                                         pending.replies)
-                     if reply is NO_REPLY and thread is not None]
-            if any(slot.env is not None for slot in hung):
-                await anyio.to_thread.run_sync(_run_cleanups_of, hung)
-        return pending
+    def hosts_started(self) -> bool:
+        return hasattr(self, "_threads")
+
+    async def release_hosts(self, pending: Pending) -> None:
+        # Threads that answered are returning; a hung one is a daemon and is abandoned.
+        finishing = [thread for thread, reply in zip(self._threads, pending.replies)
+                     if reply is not NO_REPLY and thread is not None]
+        await anyio.to_thread.run_sync(_join_all, finishing, 1.0)
+        # A sub-env still hung will close itself if its call ever returns; its cleanups
+        # run now (taken, so never twice).
+        hung = [slot for thread, slot in self._abandoned_slots if thread.is_alive()]
+        hung += [slot for thread, slot, reply in zip(self._threads, self._slots,
+                                                     pending.replies)
+                 if reply is NO_REPLY and thread is not None]
+        if any(slot.env is not None for slot in hung):
+            await anyio.to_thread.run_sync(_run_cleanups_of, hung)
 
     def close_nowait(self) -> None:
         # No event loop may be running here, so the replies are dropped rather than awaited.
+        self.closing = True
         for jobs in getattr(self, "_queues", ()):
             jobs.put((Op.CLOSE, None, None, 0))
 
@@ -288,13 +274,9 @@ class ThreadBackend(Backend):
         return f"thread backend, {alive} threads alive"
 
 
-def _lost(env_index: int, op: Op) -> Any:
-    """The reply of a sub-env that has no thread (abandoned and not remade yet, or closed)."""
-    if op is Op.CLOSE:  # nothing left to close: the abandoned thread closes its env itself
-        return None
-    return Failure(env_index, op.value, None,
-                   "the sub-env has no thread (abandoned after missing a deadline, or closed)",
-                   "")
+#: Why a request to a sub-env without a thread failed (the abandoned thread closes its env
+#: itself, so a close request succeeds).
+_NO_THREAD = "the sub-env has no thread (abandoned after missing a deadline, or closed)"
 
 
 def _join_all(threads: Sequence[threading.Thread], timeout: float) -> None:

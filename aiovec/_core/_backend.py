@@ -30,6 +30,7 @@ from aiovec._core._loop_wakeup import ThreadsafeCaller
 from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op, Remade
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import LatencyLog
+from aiovec._exceptions import ClosedError
 
 __all__ = ["Arrivals", "Backend", "Pending"]
 
@@ -142,6 +143,8 @@ class Backend(abc.ABC):
     takes_action_batches: bool = False
     #: Each sub-env's recent step durations, once started.
     latencies: LatencyLog | None = None
+    #: True once closing began: no request reaches a sub-env, no restart starts a host.
+    closing: bool = False
 
     def __init__(
         self,
@@ -210,17 +213,56 @@ class Backend(abc.ABC):
         """Hung sub-env threads given up on and still running."""
         return 0
 
-    @abc.abstractmethod
+    # ------------------------------------------------------------------ closing
+
+    def closing_began(self) -> bool:
+        """True once ``aclose`` or ``close_nowait`` began (a method, not an attribute: the
+        answer changes across the awaits of a restart racing a close)."""
+        return self.closing
+
+    def refuse_if_closing(self) -> None:
+        """Stop a restart that raced a close: it must not start hosts nobody will close."""
+        if self.closing:
+            raise ClosedError("the vector env was closed during a restart")
+
     async def aclose(self, timeout: float) -> Pending | None:
         """Close every sub-env and release everything; bounded by ``timeout`` seconds.
 
-        Returns the close request so the caller can report sub-envs whose ``close`` raised,
-        or ``None`` when the sub-envs were never made.
+        Sends ``Op.CLOSE`` to every sub-env, waits at most ``timeout`` for the replies, then
+        lets the backend release its hosts (``release_hosts``) whatever came back. Returns the
+        close request, so the caller can report sub-envs whose ``close`` raised, or ``None``
+        when the sub-envs were never made or closing had begun already.
         """
+        if self.closing:
+            return None
+        if not self.hosts_started():
+            self.closing = True
+            return None
+        pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
+        self.closing = True  # from now on, no request reaches a sub-env
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(timeout):
+                await self.wait_closed(pending)
+            await self.release_hosts(pending)
+        return pending
+
+    @abc.abstractmethod
+    def hosts_started(self) -> bool:
+        """True once ``start`` made hosts (tasks, threads, workers, actors) to close."""
+
+    async def wait_closed(self, pending: Pending) -> None:
+        """Wait for the close request (cancelled by ``aclose``'s deadline)."""
+        await pending.wait()
+
+    async def release_hosts(self, pending: Pending) -> None:
+        """Release the hosts once the close request was answered or its deadline passed:
+        stop what is still running, free what the backend holds (shielded, not timed)."""
+        return
 
     @abc.abstractmethod
     def close_nowait(self) -> None:
-        """Best-effort teardown without awaiting (for ``__del__`` and broken event loops)."""
+        """Best-effort teardown without awaiting (for ``__del__`` and broken event loops);
+        sets ``closing``."""
 
     def local_env(self, env_index: int) -> gym.Env[Any, Any]:
         """The sub-env object itself, for backends whose sub-envs live in this process."""

@@ -106,7 +106,6 @@ class ProcessBackend(Backend):
         self._inits: list[bytes] = []
         self._worker_of: list[int] = [0] * self.num_envs
         self._attach_frame = b""
-        self._closing = False
         self._fork_server: ForkServer | None = None
         self._fork_server_lock = threading.Lock()
         self.every_env = tuple(range(self.num_envs))
@@ -183,12 +182,11 @@ class ProcessBackend(Backend):
         with self._fork_server_lock:  # restarts start workers from several threads at once
             server = self._fork_server
             if server is None or server.process.poll() is not None:
-                if self._closed_meanwhile():  # aclose may have stopped it already: no new one
-                    raise ClosedError("the vector env was closed during a restart")
+                self.refuse_if_closing()  # aclose may have stopped it already: no new one
                 if server is not None:  # killed from outside (its workers live on): reaped
                     server.stop_blocking(_EXIT_TIMEOUT)
                 server = self._fork_server = ForkServer(self._lifeline[0])
-                if self._closed_meanwhile():  # aclose began meanwhile and may not have seen it
+                if self.closing_began():  # aclose began meanwhile and may not have seen it
                     self._stop_fork_server_blocking()
                     raise ClosedError("the vector env was closed during a restart")
         return server.start_child(child_end, self.start_method)
@@ -295,14 +293,13 @@ class ProcessBackend(Backend):
             # Its status comes once what it left behind is gone: the new one starts after.
             await old.process.wait(_REAP_TIMEOUT)
             self._retire(old)
-            if self._closed_meanwhile():
-                raise ClosedError("the vector env was closed during a restart")
+            self.refuse_if_closing()
             if self.start_method == "fork":
                 worker = self._spawn(old.index, old.env_indices)
             else:
                 worker = await anyio.to_thread.run_sync(self._spawn, old.index,
                                                         old.env_indices)
-            if self._closed_meanwhile():  # closed while it started: aclose never saw it
+            if self.closing_began():  # closed while it started: aclose never saw it
                 worker.process.signal(signal.SIGKILL)
                 worker.process.wait_blocking(_EXIT_TIMEOUT)
                 worker.alive = False
@@ -328,10 +325,6 @@ class ProcessBackend(Backend):
             worker.process.signal(signal.SIGKILL)
             worker.lost()
             raise
-
-    def _closed_meanwhile(self) -> bool:
-        """True once ``aclose`` began (a method: the answer changes across awaits)."""
-        return self._closing
 
     def _count_what_died_with(self, worker: WorkerHandle) -> None:
         """What its fork server ended and cleaned up after it died (once it is reaped)."""
@@ -445,23 +438,18 @@ class ProcessBackend(Backend):
 
     # ------------------------------------------------------------------ shutdown
 
-    async def aclose(self, timeout: float) -> Pending | None:
-        self._closing = True
-        if not self._workers:
-            return None
-        with anyio.CancelScope(shield=True):
-            pending = self.submit(Op.CLOSE, range(self.num_envs), [None] * self.num_envs)
-            with anyio.move_on_after(timeout):
-                await pending.wait()
+    def hosts_started(self) -> bool:
+        return bool(self._workers)
+
+    async def release_hosts(self, pending: Pending) -> None:
+        for worker in self._workers:
+            worker.lost()
+        await self._stop_processes()
+        await self._stop_fork_server()
+        if self.loop is None:  # wake tasks parked on a socket (trio) before closing it
             for worker in self._workers:
-                worker.lost()
-            await self._stop_processes()
-            await self._stop_fork_server()
-            if self.loop is None:  # wake tasks parked on a socket (trio) before closing it
-                for worker in self._workers:
-                    anyio.notify_closing(worker.sock)
-            self._release()
-        return pending
+                anyio.notify_closing(worker.sock)
+        self._release()
 
     async def _stop_processes(self) -> None:
         """CLOSE was sent; give the workers a moment, then terminate, then kill."""
@@ -512,6 +500,7 @@ class ProcessBackend(Backend):
 
     def close_nowait(self, kill: int = signal.SIGKILL) -> None:
         # ``kill`` is bound now: at interpreter exit (``__del__``) module globals may be gone.
+        self.closing = True
         for worker in self._workers:
             worker.process.signal(kill)
             if self.loop is not None and not self.loop.is_closed():

@@ -34,7 +34,7 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import RayActorError
 
-from aiovec._backends._base import split_into_shares, workers_within
+from aiovec._backends._base import CountdownPending, split_into_shares, workers_within
 from aiovec._backends._ray._actor import EnvHost, StackedSteps, Tallied, unstack
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
@@ -42,7 +42,7 @@ from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import VectorSpaces
-from aiovec._exceptions import ClosedError, WorkerDiedError
+from aiovec._exceptions import WorkerDiedError
 
 __all__ = ["RayBackend"]
 
@@ -77,21 +77,22 @@ class _Actor:
     outstanding: set[_RayPending] = field(default_factory=set)
 
 
-class _RayPending(Pending):
-    """Replies to one request, one batched reply per actor, settled in the loop's thread."""
+class _RayPending(CountdownPending):
+    """Replies to one request, one batched reply per actor, settled in the loop's thread:
+    what it counts down is actors."""
 
-    __slots__ = ("_backend", "_done", "_owing")
+    __slots__ = ("_backend", "_owing")
 
     def __init__(self, backend: RayBackend, op: Op, env_indices: Sequence[int],
                  arrivals: Arrivals | None) -> None:
-        super().__init__(op, env_indices, arrivals)
+        super().__init__(op, env_indices, arrivals, owed=0)
         self._backend = backend
         #: The positions (in this request) of the sub-envs each actor still owes.
         self._owing: dict[_Actor, Sequence[int]] = {}
-        self._done = anyio.Event()
 
     def expect(self, actor: _Actor, positions: Sequence[int], reference: Any) -> None:
         self._owing[actor] = positions
+        self.owed += 1
         actor.outstanding.add(self)
         wake = self._backend.wake
         reference.future().add_done_callback(functools.partial(_completed, wake, self, actor))
@@ -132,28 +133,15 @@ class _RayPending(Pending):
             self.fail(actor, positions, reason)
 
     def _store(self, actor: _Actor, positions: Sequence[int], replies: Sequence[Any]) -> None:
-        self._owing.pop(actor, None)
+        expected = self._owing.pop(actor, None) is not None
         actor.outstanding.discard(self)
         for position, reply in zip(positions, replies):
             self.replies[position] = reply
         if self.arrivals is not None:
             for position in positions:
                 self.arrivals.land(self, position)
-        if not self._owing:
-            self._done.set()
-
-    def check_done(self) -> None:
-        if not self._owing:
-            self._done.set()
-
-    async def wait(self) -> None:
-        if self._done.is_set():
-            await anyio.lowlevel.checkpoint()
-        else:
-            await self._done.wait()
-
-    def abort(self) -> None:
-        self._done.set()
+        if expected:
+            self.paid()
 
 
 def _completed(wake: ThreadsafeCaller, pending: _RayPending, actor: _Actor,
@@ -197,7 +185,6 @@ class RayBackend(Backend):
         #: Each actor's share of a request to every sub-env: (actor index, positions).
         self._every_share: list[tuple[int, range]] = []
         self._every_env: tuple[int, ...] = tuple(range(self.num_envs))
-        self._closing = False
         self.wake: ThreadsafeCaller
 
     # ------------------------------------------------------------------ start-up
@@ -254,7 +241,6 @@ class RayBackend(Backend):
                 reference = actor.handle.serve.remote(
                     op, hosted, [payloads[position] for position in positions])
             pending.expect(actor, positions, reference)
-        pending.check_done()
         return pending
 
     def _shares(self, env_indices: tuple[int, ...]) -> list[tuple[int, Sequence[int]]]:
@@ -301,8 +287,7 @@ class RayBackend(Backend):
             self._lose(self._actors[actor_index], "was killed: a sub-env missed its deadline")
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
-        if self._closing:
-            raise ClosedError("the vector env was closed during a restart")
+        self.refuse_if_closing()
         wanted = set(env_indices)
         fresh: list[_Actor] = []
         for actor_index in sorted({self._actor_of[index] for index in wanted}):
@@ -323,20 +308,15 @@ class RayBackend(Backend):
 
     # ------------------------------------------------------------------ shutdown
 
-    async def aclose(self, timeout: float) -> Pending | None:
-        self._closing = True
-        if not self._actors:
-            return None
-        with anyio.CancelScope(shield=True):
-            pending = self.submit(Op.CLOSE, self._every_env, [None] * self.num_envs)
-            with anyio.move_on_after(timeout):
-                await pending.wait()
-            for actor in self._actors:
-                self._lose(actor, "was closed")
-        return pending
+    def hosts_started(self) -> bool:
+        return bool(self._actors)
+
+    async def release_hosts(self, pending: Pending) -> None:
+        for actor in self._actors:
+            self._lose(actor, "was closed")
 
     def close_nowait(self) -> None:
-        self._closing = True
+        self.closing = True
         for actor in self._actors:
             actor.alive = False
             _kill(actor)
