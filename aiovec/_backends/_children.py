@@ -72,7 +72,7 @@ class Child:
         self.cleanups = (0, 0)
         self._pidfd = pidfd
         self._status = status
-        self._status_lost = False
+        self._status_unknown = False
         self._watcher: anyio.Event | None = None
         if self._pidfd is None and hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
@@ -88,7 +88,7 @@ class Child:
         if self.returncode is None:
             if self._status is not None:
                 self._read_relayed_status()
-            elif self._status_lost:  # its fork server died: exited, status unknown
+            elif self._status_unknown:  # its fork server died: exited, status unknown
                 if self._pidfd is None or _readable(self._pidfd):
                     self.returncode = _UNKNOWN_STATUS
             elif self._popen is not None:
@@ -114,7 +114,7 @@ class Child:
             self.returncode, self.descendants_ended, *cleanups = EXIT_STATUS.unpack(data)
             self.cleanups = (cleanups[0], cleanups[1])
         else:  # the server is gone: watch the process itself from now on
-            self._status_lost = True
+            self._status_unknown = True
             self.poll()
 
     def signal(self, signum: int) -> None:
@@ -179,7 +179,7 @@ class Child:
 
     def describe_exit(self) -> str:
         code = self.poll()
-        if code is None or self._status_lost:
+        if code is None or self._status_unknown:
             return "exit status unknown"
         if code < 0:
             with contextlib.suppress(ValueError):

@@ -264,7 +264,7 @@ class ProcessBackend(Backend):
         for worker_index in sorted({self._worker_of[index] for index in env_indices}):
             worker = self._workers[worker_index]
             worker.process.signal(signal.SIGKILL)
-            worker.lost()
+            worker.disconnect()
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         wanted = set(env_indices)
@@ -323,7 +323,7 @@ class ProcessBackend(Backend):
                 failures += attached.failures()
         except BaseException:  # cancelled: a half-started worker is no use to anyone
             worker.process.signal(signal.SIGKILL)
-            worker.lost()
+            worker.disconnect()
             raise
 
     def _count_what_died_with(self, worker: WorkerHandle) -> None:
@@ -333,7 +333,7 @@ class ProcessBackend(Backend):
 
     def _retire(self, worker: WorkerHandle) -> None:
         """Release a dead worker's socket and process handle."""
-        worker.lost()
+        worker.disconnect()
         self._count_what_died_with(worker)
         if self.loop is None:  # wake tasks parked on the socket (trio) before closing it
             anyio.notify_closing(worker.sock)
@@ -443,7 +443,7 @@ class ProcessBackend(Backend):
 
     async def release_hosts(self, pending: Pending) -> None:
         for worker in self._workers:
-            worker.lost()
+            worker.disconnect()
         await self._stop_processes()
         await self._stop_fork_server()
         if self.loop is None:  # wake tasks parked on a socket (trio) before closing it

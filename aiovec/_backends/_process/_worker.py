@@ -271,7 +271,7 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout)
         sock.sendall(encode(Kind.REPLY, sequence))
-        _serve(worker, sock)
+        _answer_requests(worker, sock)
     except (EOFError, ConnectionError):  # the parent is gone: nothing left to serve
         # As the lifeline's watcher does: exiting now would cut its end_tree short.
         end_tree()
@@ -295,7 +295,7 @@ def _poll_briefly(sock: socket.socket, seconds: float) -> None:
         os.sched_yield()
 
 
-def _serve(worker: _HostedEnvs, sock: socket.socket) -> None:
+def _answer_requests(worker: _HostedEnvs, sock: socket.socket) -> None:
     """The request loop; returns after answering CLOSE."""
     hosted = [slot.env_index for slot in worker.slots]
     spin = SPIN_SECONDS if hasattr(socket, "MSG_DONTWAIT") and hasattr(os, "sched_yield") else 0

@@ -102,7 +102,7 @@ class WorkerHandle:
         except OSError:
             size = 0
         if not size:
-            self.lost()
+            self.disconnect()
             return
         if size == _HEADER_SIZE and self.outstanding and not self.reader.pending:
             # The hot path: one reply with nothing to report.
@@ -119,12 +119,13 @@ class WorkerHandle:
             if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
                 pending.deliver(self, payload)
             else:  # out of protocol: this worker cannot be trusted any more
-                self.lost()
+                self.disconnect()
                 self.process.signal(signal.SIGKILL)
                 return
 
-    def lost(self) -> None:
-        """The worker's socket closed: fail what it owed."""
+    def disconnect(self) -> None:
+        """Stop talking to the worker (its socket closed, or it broke protocol): stop reading
+        its socket and fail what it owed."""
         if not self.alive:
             return
         self.alive = False
@@ -150,7 +151,7 @@ class WorkerHandle:
             await anyio.wait_readable(self.sock)
             self.receive()
         except anyio.ClosedResourceError:  # closed by aclose: the worker is gone
-            self.lost()
+            self.disconnect()
         finally:
             reading, self.reading = self.reading, None
             reading.set()
