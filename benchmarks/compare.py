@@ -1,0 +1,121 @@
+"""Before/after in one run: a benchmark script of two checkouts, interleaved, ratios side by side.
+
+Each round runs the script once from the old checkout and once from this one (the order
+alternates between rounds, so drift of a noisy machine hits both alike), each importing its
+own ``aiovec`` (``PYTHONPATH``). Every table row with a "vs SyncVectorEnv" column is compared:
+that ratio is measured within each run, against a contender that did not change, so it
+cancels what the machine did meanwhile. The report gives each side's median ratio, the
+per-round values, and new/old.
+
+Run (the old commit checked out beside this one, e.g. ``git worktree add /tmp/old <commit>``)::
+
+    .venv/bin/python benchmarks/compare.py --old /tmp/old --rounds 2 -- run.py --repeats 3
+    .venv/bin/python benchmarks/compare.py --old /tmp/old --rounds 3 -- overhead.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
+#: value is better (throughput ratio) or worse (time ratio).
+RATIO_COLUMNS = {"vs SyncVectorEnv": True, "time vs SyncVectorEnv": False}
+
+Row = tuple[str, str]  # (section, row label)
+
+
+def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path) -> str:
+    """Run ``script`` from ``tree``'s ``benchmarks/`` with that tree's aiovec; the report text."""
+    environment = dict(os.environ, PYTHONPATH=str(tree))
+    extra = ["--output", str(output)] if script == "run.py" else []
+    completed = subprocess.run(
+        [sys.executable, str(tree / "benchmarks" / script), *arguments, *extra],
+        cwd=tree, env=environment, capture_output=True, text=True, check=False)
+    if completed.returncode:
+        raise SystemExit(f"{script} in {tree} failed:\n{completed.stdout}\n{completed.stderr}")
+    report = output / "latest.md"
+    return report.read_text() if script == "run.py" and report.exists() else completed.stdout
+
+
+def ratios(report: str) -> dict[Row, tuple[float, bool]]:
+    """Every ratio against SyncVectorEnv in a report's markdown tables, by section and row."""
+    found: dict[Row, tuple[float, bool]] = {}
+    section, header = "", list[str]()
+    for line in report.splitlines():
+        if line.startswith("#") or (line and not line.startswith("|")):
+            section, header = line.lstrip("# ").strip(), []
+            continue
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if not header:
+            header = cells
+            continue
+        if set(cells[0]) <= {"-", ":"}:
+            continue
+        for column, higher_is_better in RATIO_COLUMNS.items():
+            if column not in header:
+                continue
+            match = re.fullmatch(r"([\d.]+)x", cells[header.index(column)])
+            if match is None:
+                continue
+            label = cells[0] if "num_envs" not in header else (
+                f"{cells[0]}, {cells[header.index('num_envs')]} envs")
+            found[(section[:60], label)] = (float(match.group(1)), higher_is_better)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", type=Path, required=True, help="the old checkout's root")
+    parser.add_argument("--new", type=Path, default=HERE.parent,
+                        help="the new checkout's root (default: this one)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("script", help="a script in benchmarks/, e.g. run.py")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the script's arguments")
+    args = parser.parse_args(argv)
+    arguments = [a for a in args.arguments if a != "--"]
+    sides = {"old": args.old.resolve(), "new": args.new.resolve()}
+    values: dict[str, dict[Row, list[float]]] = {"old": {}, "new": {}}
+    direction: dict[Row, bool] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_index in range(args.rounds):
+            order = ["old", "new"] if round_index % 2 == 0 else ["new", "old"]
+            for side in order:
+                output = Path(scratch) / f"{side}-{round_index}"
+                output.mkdir()
+                print(f"round {round_index + 1}/{args.rounds}: {side} ({sides[side]})",
+                      flush=True)
+                for row, (ratio, better) in ratios(
+                        run_once(sides[side], args.script, arguments, output)).items():
+                    values[side].setdefault(row, []).append(ratio)
+                    direction[row] = better
+    load = os.getloadavg()[0]
+    print(f"\n# {args.script} {' '.join(arguments)}: old {sides['old']} vs new {sides['new']}, "
+          f"{args.rounds} interleaved rounds; load average at end {load:.2f}\n")
+    print("| section | row | old (median; per round) | new (median; per round) | new/old |")
+    print("|---|---|---|---|---:|")
+    for row in sorted(set(values["old"]) & set(values["new"])):
+        old, new = values["old"][row], values["new"][row]
+        change = statistics.median(new) / statistics.median(old)
+        if not direction[row]:  # a time ratio: smaller is better, so invert for "new/old"
+            change = 1 / change
+        print(f"| {row[0]} | {row[1]} | {statistics.median(old):.2f}x; "
+              f"{', '.join(f'{v:.2f}' for v in old)} | {statistics.median(new):.2f}x; "
+              f"{', '.join(f'{v:.2f}' for v in new)} | {change:.2f} |")
+    print("\nnew/old > 1: the new checkout does better against SyncVectorEnv (time ratios are "
+          "inverted so that > 1 is better there too).")
+
+
+if __name__ == "__main__":
+    main()
