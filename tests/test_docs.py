@@ -1,0 +1,67 @@
+"""The README and the user guide say what runs: every python block runs as a script, as a
+reader would paste it, and every relative link points to a file that exists.
+
+RLlib's blocks run in RLlib's own venv, by tests/rllib/test_docs_rllib.py (``make rllib``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.docs_blocks import DOCUMENTS, ROOT, TAGS, Block, fenced_blocks, python_blocks, run_block
+from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
+
+BLOCKS = python_blocks()
+
+
+def _marks(block: Block) -> list[pytest.MarkDecorator]:
+    """``slow`` as asked; ``ray`` puts the test in the Ray group (tests/conftest.py), and its
+    autouse fixture starts the session's runtime, which the block joins."""
+    return [getattr(pytest.mark, tag) for tag in sorted(block.tags & {"slow", "ray"})]
+
+
+@pytest.mark.parametrize(
+    "block", [pytest.param(block, id=block.id, marks=_marks(block))
+              for block in BLOCKS if "rllib" not in block.tags])
+def test_python_block_runs(block: Block, tmp_path: Path) -> None:
+    environment = {}
+    if "ray" in block.tags:
+        # The block's ray.init(address="auto") joins this session's runtime by its address
+        # (RAY_ADDRESS comes first), never another cluster on the machine.
+        environment = {**RAY_ENVIRONMENT,
+                       "RAY_ADDRESS": ensure_ray().get_runtime_context().gcs_address}
+    run_block(block, tmp_path, environment)
+
+
+def test_blocks_are_found_and_tagged_correctly() -> None:
+    """The collection above is not empty by accident, and a misspelt tag is no silent no-op."""
+    assert len(BLOCKS) >= 10
+    assert {block.path.name for block in BLOCKS} >= {"README.md", "failures.md", "backends.md"}
+    for block in BLOCKS:
+        assert block.tags <= TAGS, f"{block.id}: unknown docs-test tags {block.tags - TAGS}"
+    for path in DOCUMENTS:
+        for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+            if "docs-test:" in line:
+                following = fenced_blocks(path)
+                assert any(block.line == line_number + 1 for block in following), (
+                    f"{path.relative_to(ROOT)}:{line_number}: a docs-test comment not directly "
+                    "above a code fence")
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_relative_links_resolve(path: Path) -> None:
+    """Links between files (README into the guide, the guide to its pages) work on GitHub and in
+    the site; a link inside code is not a link."""
+    text = _CODE.sub("", path.read_text())
+    targets = [target for target in _LINK.findall(text)
+               if not re.match(r"[a-z][a-z0-9+.-]*:", target) and not target.startswith("#")]
+    missing = [target for target in targets
+               if not (path.parent / target.split("#")[0]).exists()]
+    assert not missing, f"{path.relative_to(ROOT)}: links to missing files {missing}"
