@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import DOCUMENTS, ROOT, TAGS, Block, fenced_blocks, python_blocks, run_block
+from tests.docs_blocks import (
+    BLOCK_TIMEOUT,
+    DOCUMENTS,
+    ROOT,
+    TAGS,
+    Block,
+    fenced_blocks,
+    python_blocks,
+    run_block,
+)
 from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
 
 BLOCKS = python_blocks()
@@ -23,6 +32,7 @@ def _marks(block: Block) -> list[pytest.MarkDecorator]:
     return [getattr(pytest.mark, tag) for tag in sorted(block.tags & {"slow", "ray"})]
 
 
+@pytest.mark.timeout(BLOCK_TIMEOUT + 30)  # the block's own limit fires first, with its output
 @pytest.mark.parametrize(
     "block", [pytest.param(block, id=block.id, marks=_marks(block))
               for block in BLOCKS if "rllib" not in block.tags])
@@ -42,6 +52,8 @@ def test_blocks_are_found_and_tagged_correctly() -> None:
     assert {block.path.name for block in BLOCKS} >= {"README.md", "failures.md", "backends.md"}
     for block in BLOCKS:
         assert block.tags <= TAGS, f"{block.id}: unknown docs-test tags {block.tags - TAGS}"
+    if any("rllib" in block.tags for block in BLOCKS):  # run there, in RLlib's venv
+        assert (ROOT / "tests" / "rllib" / "test_docs_rllib.py").exists()
     for path in DOCUMENTS:
         for line_number, line in enumerate(path.read_text().splitlines(), start=1):
             if "docs-test:" in line:
