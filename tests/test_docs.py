@@ -77,3 +77,17 @@ def test_relative_links_resolve(path: Path) -> None:
     missing = [target for target in targets
                if not (path.parent / target.split("#")[0]).exists()]
     assert not missing, f"{path.relative_to(ROOT)}: links to missing files {missing}"
+
+
+#: A file or folder of this repository named in a code span, e.g. `aiovec/_core/_backend.py`.
+_REPOSITORY_PATH = re.compile(r"`((?:aiovec|tests|examples|benchmarks|tools|docs)/[\w./-]*)`")
+#: Paths the prose names as examples of a file for the reader to write.
+_PLACEHOLDERS = {"aiovec/_backends/_yours.py"}  # docs/architecture.md, "Adding a backend"
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_named_repository_paths_exist(path: Path) -> None:
+    """The prose names modules, tests and examples by path; a move or rename must update it."""
+    named = set(_REPOSITORY_PATH.findall(path.read_text())) - _PLACEHOLDERS
+    missing = sorted(name for name in named if not (ROOT / name).exists())
+    assert not missing, f"{path.relative_to(ROOT)}: names paths that do not exist {missing}"
