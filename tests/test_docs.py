@@ -64,6 +64,7 @@ def test_blocks_are_found_and_tagged_correctly() -> None:
 
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_FENCED = re.compile(r"```.*?```", re.DOTALL)
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
 
 
@@ -77,6 +78,17 @@ def test_relative_links_resolve(path: Path) -> None:
     missing = [target for target in targets
                if not (path.parent / target.split("#")[0]).exists()]
     assert not missing, f"{path.relative_to(ROOT)}: links to missing files {missing}"
+    for target in targets:
+        file, _, anchor = target.partition("#")
+        if anchor and file.endswith(".md"):
+            assert anchor in _anchors(path.parent / file), f"{path.relative_to(ROOT)}: {target}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings, as GitHub and mkdocs both make them."""
+    headings = re.findall(r"^#+\s+(.*)$", _FENCED.sub("", path.read_text()), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
+            for heading in headings}
 
 
 #: A file or folder of this repository named in a code span, e.g. `aiovec/_core/_backend.py`.
