@@ -1,0 +1,105 @@
+"""The README and the user guide say what runs: every python block runs as a script, as a
+reader would paste it, and every relative link points to a file that exists.
+
+RLlib's blocks run in RLlib's own venv, by tests/rllib/test_docs_rllib.py (``make rllib``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.docs_blocks import (
+    BLOCK_TIMEOUT,
+    DOCUMENTS,
+    ROOT,
+    TAGS,
+    Block,
+    fenced_blocks,
+    python_blocks,
+    run_block,
+)
+from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
+
+BLOCKS = python_blocks()
+
+
+def _marks(block: Block) -> list[pytest.MarkDecorator]:
+    """``slow`` as asked; ``ray`` puts the test in the Ray group (tests/conftest.py), and its
+    autouse fixture starts the session's runtime, which the block joins."""
+    return [getattr(pytest.mark, tag) for tag in sorted(block.tags & {"slow", "ray"})]
+
+
+@pytest.mark.timeout(BLOCK_TIMEOUT + 30)  # the block's own limit fires first, with its output
+@pytest.mark.parametrize(
+    "block", [pytest.param(block, id=block.id, marks=_marks(block))
+              for block in BLOCKS if "rllib" not in block.tags])
+def test_python_block_runs(block: Block, tmp_path: Path) -> None:
+    environment = {}
+    if "ray" in block.tags:
+        # The block's ray.init(address="auto") joins this session's runtime by its address
+        # (RAY_ADDRESS comes first), never another cluster on the machine.
+        environment = {**RAY_ENVIRONMENT,
+                       "RAY_ADDRESS": ensure_ray().get_runtime_context().gcs_address}
+    run_block(block, tmp_path, environment)
+
+
+def test_blocks_are_found_and_tagged_correctly() -> None:
+    """The collection above is not empty by accident, and a misspelt tag is no silent no-op."""
+    assert len(BLOCKS) >= 10
+    assert {block.path.name for block in BLOCKS} >= {"README.md", "failures.md", "backends.md"}
+    for block in BLOCKS:
+        assert block.tags <= TAGS, f"{block.id}: unknown docs-test tags {block.tags - TAGS}"
+    if any("rllib" in block.tags for block in BLOCKS):  # run there, in RLlib's venv
+        assert (ROOT / "tests" / "rllib" / "test_docs_rllib.py").exists()
+    for path in DOCUMENTS:
+        for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+            if "docs-test:" in line:
+                following = fenced_blocks(path)
+                assert any(block.line == line_number + 1 for block in following), (
+                    f"{path.relative_to(ROOT)}:{line_number}: a docs-test comment not directly "
+                    "above a code fence")
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_FENCED = re.compile(r"```.*?```", re.DOTALL)
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_relative_links_resolve(path: Path) -> None:
+    """Links between files (README into the guide, the guide to its pages) work on GitHub and in
+    the site; a link inside code is not a link."""
+    text = _CODE.sub("", path.read_text())
+    targets = [target for target in _LINK.findall(text)
+               if not re.match(r"[a-z][a-z0-9+.-]*:", target) and not target.startswith("#")]
+    missing = [target for target in targets
+               if not (path.parent / target.split("#")[0]).exists()]
+    assert not missing, f"{path.relative_to(ROOT)}: links to missing files {missing}"
+    for target in targets:
+        file, _, anchor = target.partition("#")
+        if anchor and file.endswith(".md"):
+            assert anchor in _anchors(path.parent / file), f"{path.relative_to(ROOT)}: {target}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings, as GitHub and mkdocs both make them."""
+    headings = re.findall(r"^#+\s+(.*)$", _FENCED.sub("", path.read_text()), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
+            for heading in headings}
+
+
+#: A file or folder of this repository named in a code span, e.g. `aiovec/_core/_backend.py`.
+_REPOSITORY_PATH = re.compile(r"`((?:aiovec|tests|examples|benchmarks|tools|docs)/[\w./-]*)`")
+#: Paths the prose names as examples of a file for the reader to write.
+_PLACEHOLDERS = {"aiovec/_backends/_yours.py"}  # docs/architecture.md, "Adding a backend"
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_named_repository_paths_exist(path: Path) -> None:
+    """The prose names modules, tests and examples by path; a move or rename must update it."""
+    named = set(_REPOSITORY_PATH.findall(path.read_text())) - _PLACEHOLDERS
+    missing = sorted(name for name in named if not (ROOT / name).exists())
+    assert not missing, f"{path.relative_to(ROOT)}: names paths that do not exist {missing}"
