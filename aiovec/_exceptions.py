@@ -208,7 +208,7 @@ class SubEnvErrorGroup(AiovecError, ExceptionGroup[SubEnvError]):
     Gymnasium, which re-raises the sub-env's exception type.
 
     ``partial_result`` is what the call returned for the sub-envs that did not fail (see the
-    README, "Failure semantics"): nothing a healthy sub-env did is dropped silently.
+    the user guide, docs/guide/failures.md): nothing a healthy sub-env did is dropped silently.
     """
 
     operation: str

@@ -49,7 +49,7 @@ def _processes_available() -> bool:
 
 
 def resolve_backend_name(name: str, env_fns: Sequence[Any], options: dict[str, Any]) -> str:
-    """Pick the concrete backend for ``name``; the rule for ``"auto"`` is in the README.
+    """Pick the concrete backend for ``name``; the rule for ``"auto"`` is in docs/guide/backends.md.
 
     ``"auto"``: ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"ray"`` when
     Ray options were given; else ``"process"``

@@ -90,7 +90,7 @@ class AsyncVectorEnv(Engine):
       CPU of the cluster), each hosting a share of the sub-envs; Ray is found at ``address``
       unless initialised already, and ``actor_options`` (resources, scheduling strategy,
       placement group, ...) go to Ray unchanged;
-    - ``"auto"`` (default): picks one for you (see the README).
+    - ``"auto"`` (default): picks one for you (the rule is in docs/guide/backends.md).
 
     ``max_concurrency`` caps how many sub-envs execute at once (Gymnasium's meaning; on the
     process and Ray backends, by starting at most that many workers).
@@ -105,7 +105,7 @@ class AsyncVectorEnv(Engine):
     ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
     each call also takes ``timeout=``, and honours the caller's own cancel scopes.
     ``restart`` (a ``RestartPolicy``, ``True`` for its defaults, or an int cap) recreates
-    sub-envs that raise, hang or die instead of raising; see the README, "Failure semantics".
+    sub-envs that raise, hang or die instead of raising; see docs/guide/failures.md.
     Use it as ``async with AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
     """
 

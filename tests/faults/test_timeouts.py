@@ -21,7 +21,7 @@ from tests.leaks import wait_for_exit
 pytestmark = pytest.mark.anyio
 
 DEADLINE = 0.5
-#: Generous: these machines are shared and noisy. The README quotes measured lateness.
+#: Generous: these machines are shared and noisy. docs/guide/benchmarks.md quotes measured lateness.
 MARGIN = 3.0
 #: How early a deadline may fire by the loop's own clock: uvloop keeps timers in whole ms.
 CLOCK_SLACK = 0.002
