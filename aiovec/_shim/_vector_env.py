@@ -8,40 +8,25 @@ from code whose own thread already runs an event loop (notebooks, async web hand
 
 from __future__ import annotations
 
-import contextlib
-import enum
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
 from aiovec._core._first_ready import StepBatch
-from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import ObservationMode
-from aiovec._core._statistics import Statistics
 from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory, StepResult
-from aiovec._exceptions import ClosedError
-from aiovec._shim._portal import LoopThread
+from aiovec._shim._sync_face import SyncFace, per_call
 
 __all__ = ["VectorEnv"]
 
 
-class _Waiting(enum.Enum):
-    """Which ``*_wait`` call the shim expects next, as in Gymnasium's ``AsyncVectorEnv``."""
-
-    NOTHING = "default"
-    RESET = "reset"
-    STEP = "step"
-    CALL = "call"
-
-
-class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
+class VectorEnv(SyncFace[Any, StepResult, StepBatch],
+                GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     """A synchronous vector env over aiovec's async core; a drop-in for Gymnasium's.
 
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
@@ -53,6 +38,8 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
+
+    _env: AsyncVectorEnv
 
     def __init__(
         self,
@@ -88,57 +75,36 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         self.context = context
         self.daemon = daemon
         self.env_fns = env_fns
-        self._env = AsyncVectorEnv(
+        env = AsyncVectorEnv(
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
             restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
             num_workers=num_workers, start_method=context, address=address,
             actor_options=actor_options, validate_actions=validate_actions,
         )
-        self.num_envs = self._env.num_envs
+        self.num_envs = env.num_envs
         self.copy = copy
         self.observation_mode = observation_mode
-        self.autoreset_mode = self._env.autoreset_mode
-        self._waiting = _Waiting.NOTHING
-        self._in_flight: InFlight | None = None
-        self._loop = LoopThread()
-        try:
-            self._loop.run(self._env.start)
-        except BaseException:
-            self._loop.stop()
-            self.closed = True
-            raise
-        self.single_observation_space = self._env.single_observation_space
-        self.observation_space = self._env.observation_space
-        self.single_action_space = self._env.single_action_space
-        self.action_space = self._env.action_space
-        self.metadata = self._env.metadata
-        self.render_mode = self._env.render_mode
+        self.autoreset_mode = env.autoreset_mode
+        super().__init__(env)
+        self.single_observation_space = env.single_observation_space
+        self.observation_space = env.observation_space
+        self.single_action_space = env.single_action_space
+        self.action_space = env.action_space
+        self.metadata = env.metadata
+        self.render_mode = env.render_mode
 
     @property
     def async_env(self) -> AsyncVectorEnv:
         """The ``AsyncVectorEnv`` this shim drives (await it only on the shim's own loop)."""
         return self._env
 
-    @property
-    def backend_name(self) -> str:
-        """The backend the sub-envs run on (``"auto"`` resolved)."""
-        return self._env.backend_name
-
-    def statistics(self) -> Statistics:
-        """Counters and per-sub-env step latency; see ``AsyncVectorEnv.statistics``."""
-        return self._env.statistics()
-
-    @property
-    def unusable_envs(self) -> tuple[int, ...]:
-        """Sub-envs that cannot step until reset; see ``AsyncVectorEnv.unusable_envs``."""
-        return self._env.unusable_envs
-
     def __repr__(self) -> str:
         env_id = "" if self.spec is None else f"{self.spec.id}, "
         return f"aiovec.VectorEnv({env_id}num_envs={self.num_envs}, backend={self.backend_name!r})"
 
     # ------------------------------------------------------------------ gymnasium's API
+    # step_async, step_wait, send, recv, get_attr, set_attr and render are SyncFace's.
 
     def reset(
         self,
@@ -156,73 +122,30 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         options: dict[str, Any] | None = None,
     ) -> None:
         """Start resetting the sub-envs; collect the result with ``reset_wait``."""
-        self._begin("reset_async")
-        self._in_flight = self._loop.run(self._env._submit_reset, seed, options)
-        self._waiting = _Waiting.RESET
+        self._start("reset", self._env._submit_reset, seed, options)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for ``reset_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        in_flight = self._end(_Waiting.RESET, "reset_wait", "reset_async")
-        return self._loop.run(self._env._finish_reset, in_flight, _per_call(timeout))
+        return self._loop.run(self._env._finish_reset, self._end("reset"), per_call(timeout))
 
     def step(self, actions: Any) -> StepResult:
         """Step every sub-env and return the batched results."""
         self._begin("step")
         return self._loop.run(self._env.step, actions)
 
-    def step_async(self, actions: Any) -> None:
-        """Send the actions; collect the result with ``step_wait``."""
-        self._begin("step_async")
-        self._in_flight = self._loop.run(self._env._submit_step, actions)
-        self._waiting = _Waiting.STEP
-
-    def step_wait(self, timeout: float | None = None) -> StepResult:
-        """Wait for ``step_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        in_flight = self._end(_Waiting.STEP, "step_wait", "step_async")
-        return self._loop.run(self._env._finish_step, in_flight, _per_call(timeout))
-
-    def send(self, actions: Any, env_ids: Any = None, *,
-             timeout: float | None = None) -> None:
-        """Start stepping sub-envs ``env_ids`` (default: all); see ``AsyncVectorEnv.send``."""
-        self._begin("send")
-        self._loop.run(self._send, actions, env_ids, _per_call(timeout))
-
-    async def _send(self, actions: Any, env_ids: Any, timeout: Timeout) -> None:
-        self._env.send(actions, env_ids, timeout=timeout)
-
-    def recv(self, *, batch_size: int | None = None) -> StepBatch:
-        """The first ``batch_size`` results to land; see ``AsyncVectorEnv.recv``."""
-        self._begin("recv")
-        return self._loop.run(self._env.recv, batch_size=batch_size)
-
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""
+        # As Gymnasium's AsyncVectorEnv does: one call_async/call_wait pair.
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start calling ``name`` on every sub-env; collect the results with ``call_wait``."""
-        self._begin("call_async")
-        self._in_flight = self._loop.run(self._env._submit_call, name, args, kwargs)
-        self._waiting = _Waiting.CALL
+        self._start("call", self._env._submit_call, name, args, kwargs)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for ``call_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        in_flight = self._end(_Waiting.CALL, "call_wait", "call_async")
-        return self._loop.run(self._env._finish_call, in_flight, _per_call(timeout))
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Read attribute ``name`` of every sub-env."""
-        return self.call(name)
-
-    def set_attr(self, name: str, values: Any) -> None:
-        """Set attribute ``name`` on every sub-env: one value each (list/tuple) or one for all."""
-        self._begin("set_attr")
-        self._loop.run(self._env.set_attr, name, values)
-
-    def render(self) -> tuple[Any, ...] | None:
-        """Each sub-env's rendered frame."""
-        return self.call("render")
+        return self._loop.run(self._env._finish_call, self._end("call"), per_call(timeout))
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
@@ -240,52 +163,4 @@ class VectorEnv(GymVectorEnv[Any, Any, np.ndarray[Any, Any]]):
         ``terminate=True`` skips waiting for a pending call; either way closing is bounded
         by the ``close_timeout`` given at construction.
         """
-        if not self._loop.alive:  # the interpreter is shutting down: no loop to close on
-            self._env.close_nowait()
-            return
-        try:
-            if self._waiting is not _Waiting.NOTHING:
-                gym.logger.warn(f"Calling `close` while waiting for a pending call to "
-                                f"`{self._waiting.value}` to complete.")
-                if not terminate:
-                    wait = getattr(self, f"{self._waiting.value}_wait")
-                    with contextlib.suppress(Exception):  # closing: the pending result is moot
-                        wait(timeout)
-            self._waiting = _Waiting.NOTHING
-            self._loop.run(self._env.aclose)
-        finally:
-            self._loop.stop()
-
-    def __del__(self) -> None:
-        if not getattr(self, "closed", True) and hasattr(self, "_loop"):
-            self.close(terminate=True)
-
-    # ------------------------------------------------------------------ call ordering
-
-    def _begin(self, method: str) -> None:
-        if self.closed:
-            raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to "
-                              f"`close()` (calling `{method}`).")
-        if self._waiting is not _Waiting.NOTHING:
-            raise AlreadyPendingCallError(
-                f"Calling `{method}` while waiting for a pending call to "
-                f"`{self._waiting.value}` to complete.",
-                self._waiting.value,
-            )
-
-    def _end(self, expected: _Waiting, method: str, starter: str) -> InFlight:
-        if self.closed:
-            raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to "
-                              f"`close()` (calling `{method}`).")
-        if self._waiting is not expected:
-            raise NoAsyncCallError(f"Calling `{method}` without any prior call to `{starter}`.",
-                                   expected.value)
-        in_flight = self._in_flight
-        assert in_flight is not None
-        self._waiting, self._in_flight = _Waiting.NOTHING, None
-        return in_flight
-
-
-def _per_call(timeout: float | None) -> Timeout:
-    """Gymnasium's ``timeout=None`` means the vector env's default deadline."""
-    return USE_DEFAULT if timeout is None else timeout
+        self._shut_down(timeout, terminate)

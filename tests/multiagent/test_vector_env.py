@@ -300,7 +300,7 @@ async def test_the_sync_shim_steps_and_closes_twice() -> None:
         assert envs.call("state")[0].shape == (3,)
         assert "ParallelVectorEnv(num_envs=2" in repr(envs)
     envs.close()  # again: nothing happens
-    with pytest.raises(aiovec.ClosedError, match="cannot step"):
+    with pytest.raises(aiovec.ClosedError, match="calling `step`"):
         envs.step(scout_actions(2))
 
 
