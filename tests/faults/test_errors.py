@@ -149,6 +149,35 @@ async def test_worker_that_dies_mid_step(kind: str, exit_status: int, descriptio
         assert envs.statistics().restarts == 1
 
 
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
+async def test_a_death_beside_a_timeout_is_reported_as_a_death(
+        backend: str, ledger: FaultLedger, no_leaks: None) -> None:
+    """One worker dies and another sub-env hangs in the same step: the dead one's error is its
+    death, and only the hung one missed the deadline (the death had been reported as a
+    timeout: its failure waited for the worker's exit status until the deadline struck)."""
+    faults = {0: [Fault("exit", "step", at=1)], 2: [Fault("hang", "step", at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(3, ledger, faults, backend=backend), backend=backend,
+                                     timeout=2.0, **one_per_worker(backend, 3)) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.ones(3))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.ones(3))
+        assert caught.value.env_ids == (0, 2)
+        died, late = caught.value.exceptions
+        assert isinstance(died.__cause__, aiovec.WorkerDiedError), died
+        assert "timed out" not in str(died)
+        assert isinstance(late.__cause__, aiovec.EnvTimeoutError), late
+        assert ledger.events(0)[-1] == "fault exit step"
+        obs = caught.value.partial_result[0]
+        assert obs[1, 0] == 2  # the healthy sub-env's step is kept
+        assert envs.unusable_envs == (0, 2)
+        statistics = envs.statistics()
+        assert (statistics.timeouts, statistics.errors) == (1, 1)
+        obs, _ = await envs.reset(options={"reset_mask": np.array([True, False, True])})
+        obs, *_ = await envs.step(np.ones(3))
+        assert obs[:, 0].tolist() == [1, 3, 1]
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 async def test_call_errors_keep_the_healthy_results(backend: str, no_leaks: None) -> None:
     faults = {0: [Fault("unpicklable_obs", "close")], 1: [Fault("raise", "close")]}

@@ -272,6 +272,19 @@ class ProcessPending(Pending):
                 env_index, self.op.value, reason, str(reason), "")
 
     async def wait(self) -> None:
+        try:
+            await self._replies_or_deaths()
+            for worker in self._dead:  # its exit status makes the failure's message
+                await self._backend.reap(worker)
+        finally:
+            # Cancelled (a deadline) too: a worker known dead is its sub-envs' failure, with
+            # its exit status if known by then; they did not miss the deadline.
+            for worker in self._dead:
+                self._fail_hosted(worker)
+            self._dead.clear()
+
+    async def _replies_or_deaths(self) -> None:
+        """Return once every worker addressed has replied or died."""
         if not self._owing:  # answered already, or addressed to no live worker at all
             await anyio.lowlevel.checkpoint()
         elif self._future is not None:
@@ -292,7 +305,3 @@ class ProcessPending(Pending):
                     if worker.alive and worker.reading is None:
                         worker.receive()
                 raise
-        for worker in self._dead:
-            await self._backend.reap(worker)
-            self._fail_hosted(worker)
-        self._dead.clear()
