@@ -26,9 +26,9 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from aiovec._adapters._env_calls import call_method, is_wrapped, read_attr
-from aiovec._core._vector_env import EnvFactory, StepResult
+from aiovec._core._in_flight import USE_DEFAULT, InFlight
+from aiovec._core._vector_env import EnvFactory
 from aiovec._exceptions import SubEnvErrorGroup
-from aiovec._shim._portal import Submitted
 from aiovec._shim._vector_env import VectorEnv
 
 __all__ = ["SB3VecEnv"]
@@ -54,7 +54,8 @@ class SB3VecEnv(VecEnv):
         self.vector = VectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, **vector_kwargs)
         self._async = self.vector.async_env
         self._all_envs = list(range(self.vector.num_envs))
-        self._stepping: Submitted[StepResult] | None = None
+        #: The step ``step_async`` sent, or why it could not be sent (raised by ``step_wait``).
+        self._stepping: InFlight | Exception | None = None
         try:
             super().__init__(len(env_fns), self.vector.single_observation_space,
                              self.vector.single_action_space)
@@ -88,18 +89,25 @@ class SB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray[Any, Any]) -> None:
         """Start stepping every sub-env and return at once; ``step_wait`` collects the batch.
 
-        One hand-off to the shim's event loop: a wrong batch raises from ``step_wait``.
+        The actions are checked and sent now, so the sub-envs step while the caller works;
+        as in SB3's own VecEnvs, a wrong batch raises from ``step_wait``.
         """
         self._check_idle("step_async")
         batch = _batched(self.vector.single_action_space, actions, self.num_envs)
-        self._stepping = self.vector._loop.submit(self._async.step, batch)
+        try:
+            self._stepping = self.vector._loop.run(self._async._submit_step, batch)
+        except Exception as error:
+            self._stepping = error
 
     def step_wait(self) -> VecEnvStepReturn:
         """The batch, in SB3's form: obs, rewards, dones, and one info dict per sub-env."""
         if self._stepping is None:
             raise NoAsyncCallError("step_wait called without step_async", "step")
         stepping, self._stepping = self._stepping, None
-        obs, rewards, terminated, truncated, infos = stepping.result()
+        if isinstance(stepping, Exception):
+            raise stepping
+        obs, rewards, terminated, truncated, infos = self.vector._loop.run(
+            self._async._finish_step, stepping, USE_DEFAULT)
         dones = terminated | truncated
         step_infos = _info_rows(infos, self.num_envs)
         for index in np.flatnonzero(dones).tolist():
@@ -120,8 +128,9 @@ class SB3VecEnv(VecEnv):
         """Close the sub-envs and their hosts (idempotent); a pending step is waited for."""
         if self._stepping is not None:
             stepping, self._stepping = self._stepping, None
-            with contextlib.suppress(Exception):  # closing: the pending result is moot
-                stepping.result()
+            if not isinstance(stepping, Exception):
+                with contextlib.suppress(Exception):  # closing: the pending result is moot
+                    self.vector._loop.run(self._async._finish_step, stepping, USE_DEFAULT)
         self.vector.close()
 
     # ------------------------------------------------------------------ sub-env access

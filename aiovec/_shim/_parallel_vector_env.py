@@ -1,7 +1,7 @@
 """``ParallelVectorEnv``: the synchronous face of ``AsyncParallelVectorEnv``.
 
 For scripts, notebooks and training loops written in plain Python; the async core runs on a
-private event loop in a background thread, as for ``aiovec.VectorEnv``.
+private event loop, driven as for ``aiovec.VectorEnv`` (``_loop_driver``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class ParallelVectorEnv(SyncFace[Mapping[AgentID, Any], MultiAgentStepResult,
         return self._loop.run(self._env.step, actions, timeout=timeout)
 
     def close(self) -> None:
-        """Close the sub-envs and stop the loop thread; a pending ``step_async`` is waited
+        """Close the sub-envs and the event loop; a pending ``step_async`` is waited
         for first (up to the construction ``timeout``). Idempotent."""
         if self.closed:
             return

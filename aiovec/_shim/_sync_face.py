@@ -1,8 +1,9 @@
 """``SyncFace``: what both sync shims share, whatever the async vector env they drive.
 
-It starts the async env on a private event loop in a background thread (``_portal``), runs
-each call there, keeps Gymnasium's call-ordering rules (a ``*_async`` call must be collected
-by its ``*_wait`` before anything else; nothing runs once closed) and closes on the loop.
+It starts the async env on a private event loop (``_loop_driver``: run in the caller's own
+thread during each call, or on a helper thread for callers inside an event loop), runs each
+call there, keeps Gymnasium's call-ordering rules (a ``*_async`` call must be collected by its
+``*_wait`` before anything else; nothing runs once closed) and closes on the loop.
 ``VectorEnv`` and ``ParallelVectorEnv`` add their constructor, spaces, ``reset`` and ``step``.
 """
 
@@ -18,7 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._statistics import Statistics
 from aiovec._exceptions import ClosedError
-from aiovec._shim._portal import LoopThread
+from aiovec._shim._loop_driver import LoopDriver
 
 __all__ = ["AsyncCore", "SyncFace", "per_call"]
 
@@ -71,7 +72,7 @@ class _Pending(NamedTuple):
 
 
 class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
-    """Blocking calls on an async vector env that runs on the shim's own loop thread.
+    """Blocking calls on an async vector env that runs on the shim's own event loop.
 
     Subclasses narrow ``_env`` to their async env's class (mypy checks that it fits
     ``AsyncCore``) and call ``__init__`` with it.
@@ -81,11 +82,11 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
     closed: bool
 
     def __init__(self, env: AsyncCore[ActionsT, StepResultT, StepBatchT]) -> None:
-        """Start ``env`` on a new loop thread; if it cannot start, stop the thread and raise."""
+        """Start ``env`` on a new event loop; if it cannot start, close the loop and raise."""
         self._env = env
         self._pending: _Pending | None = None
         self.closed = False
-        self._loop = LoopThread()
+        self._loop = LoopDriver()
         try:
             self._loop.run(env.start)
         except BaseException:
@@ -189,7 +190,7 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
     # ------------------------------------------------------------------ closing
 
     def _shut_down(self, timeout: float | None = None, terminate: bool = False) -> None:
-        """Close the async env on the loop, then stop the loop thread.
+        """Close the async env on the loop, then close the loop.
 
         A pending call is warned about and, unless ``terminate``, collected first by its
         ``*_wait`` (so ``closed`` must still be False here), as Gymnasium's vector envs do.

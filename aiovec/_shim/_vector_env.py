@@ -2,8 +2,9 @@
 
 It is a drop-in for ``gymnasium.vector.AsyncVectorEnv``: the same constructor, the same
 ``*_async``/``*_wait`` pairs and error types, plus aiovec's ``backend`` and ``timeout``.
-The async core runs on a private event loop in a background thread, so the shim also works
-from code whose own thread already runs an event loop (notebooks, async web handlers).
+The async core runs on a private event loop, in the caller's thread during each call; from
+code whose own thread already runs an event loop (notebooks, async web handlers) it runs on a
+helper thread instead.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         return self.get_attr("np_random")
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
-        """Close the sub-envs and stop the loop thread; a pending call is waited for first.
+        """Close the sub-envs and the event loop; a pending call is waited for first.
 
         ``terminate=True`` skips waiting for a pending call; either way closing is bounded
         by the ``close_timeout`` given at construction.
