@@ -14,6 +14,7 @@ coroutine, lets it unwind (bounded), then raises ``KeyboardInterrupt``.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stubs: see _CtrlC
 import asyncio
 import concurrent.futures
 import contextlib
@@ -22,7 +23,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -37,38 +38,34 @@ _UNWIND_TIMEOUT = 10.0  # seconds a cancelled coroutine gets to finish its clean
 
 def _event_loop_running_here() -> bool:
     """True when this thread runs an event loop (asyncio, uvloop or trio) at the moment."""
-    if asyncio._get_running_loop() is not None:
-        return True
-    try:
-        sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        return False
-    return True
+    return (asyncio._get_running_loop() is not None
+            or sniffio.thread_local.name is not None  # trio says so here
+            or sniffio.current_async_library_cvar.get() is not None)
 
 
 class _CtrlC:
     """Ctrl-C while the main thread drives a call: the first cancels the call's task (or the
     task about to be made), a second interrupts at once. Installed only over Python's own
-    handler: a program's own SIGINT handler is left be."""
+    handler: a program's own SIGINT handler is left be.
 
-    __slots__ = ("count", "loop", "task")
+    It goes through ``_signal``, the C module under ``signal``: ``signal``'s wrappers convert
+    handlers to enums, ~5 µs a call, and this runs twice per vector step.
+    """
+
+    __slots__ = ("count", "installed", "loop", "task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.task: asyncio.Task[Any] | None = None
         self.count = 0
+        self.installed = (threading.current_thread() is _MAIN_THREAD
+                          and _signal.getsignal(_SIGINT) is _DEFAULT_HANDLER)
+        if self.installed:
+            _signal.signal(_SIGINT, self._on_ctrl_c)
 
-    @contextlib.contextmanager
-    def handling(self) -> Iterator[None]:
-        if (threading.current_thread() is not threading.main_thread()
-                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-            yield
-            return
-        signal.signal(signal.SIGINT, self._on_ctrl_c)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+    def uninstall(self) -> None:
+        if self.installed:
+            _signal.signal(_SIGINT, _DEFAULT_HANDLER)
 
     def _on_ctrl_c(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
@@ -78,6 +75,11 @@ class _CtrlC:
         if task is not None:
             task.cancel()
             self.loop.call_soon_threadsafe(lambda: None)  # wake the selector: it resumes
+
+
+_MAIN_THREAD = threading.main_thread()
+_SIGINT = int(signal.SIGINT)
+_DEFAULT_HANDLER = signal.default_int_handler
 
 
 class _Helper:
@@ -155,26 +157,26 @@ class LoopDriver:
         """Run the loop in this thread until the coroutine is done."""
         loop = self._loop
         ctrl_c = _CtrlC(loop)
-        with ctrl_c.handling():
-            try:
-                # Made in a fresh context: the caller's context variables (sniffio's "trio",
-                # for one) must not reach the private asyncio loop.
-                task = contextvars.Context().run(loop.create_task, async_fn(*args, **kwargs))
-                self._task = ctrl_c.task = task
-                if ctrl_c.count:  # Ctrl-C struck before the task existed
-                    task.cancel()
-                result = loop.run_until_complete(task)
-            except BaseException:
-                made = ctrl_c.task
-                if made is not None and not made.done():  # let the call unwind (bounded;
-                    made.cancel()                         # a second Ctrl-C cuts it short)
-                    with contextlib.suppress(BaseException):
-                        loop.run_until_complete(asyncio.wait([made], timeout=_UNWIND_TIMEOUT))
-                if ctrl_c.count:
-                    raise KeyboardInterrupt from None
-                raise
-            finally:
-                self._task = None
+        try:
+            # Made in a fresh context: the caller's context variables (sniffio's "trio", for
+            # one) must not reach the private asyncio loop.
+            task = contextvars.Context().run(loop.create_task, async_fn(*args, **kwargs))
+            self._task = ctrl_c.task = task
+            if ctrl_c.count:  # Ctrl-C struck before the task existed
+                task.cancel()
+            result = loop.run_until_complete(task)
+        except BaseException:
+            made = ctrl_c.task
+            if made is not None and not made.done():  # let the call unwind (bounded; a
+                made.cancel()                         # second Ctrl-C cuts it short)
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(asyncio.wait([made], timeout=_UNWIND_TIMEOUT))
+            if ctrl_c.count:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            self._task = None
+            ctrl_c.uninstall()
         if ctrl_c.count:  # Ctrl-C as the call finished: an interrupt all the same
             raise KeyboardInterrupt
         return result
