@@ -10,6 +10,7 @@ helper thread instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -165,3 +166,11 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         by the ``close_timeout`` given at construction.
         """
         self._shut_down(timeout, terminate)
+
+    def __enter__(self) -> VectorEnv:
+        """``with aiovec.VectorEnv(...) as envs:`` closes the sub-envs on the way out."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()

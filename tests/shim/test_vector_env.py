@@ -243,3 +243,14 @@ def test_ctrl_c_with_process_workers_reaps_them_quietly(
     assert wait_for_exit(workers, 10) == []
     errors = capfd.readouterr().err
     assert "Traceback" not in errors, errors  # no worker printed anything
+
+
+def test_a_with_block_closes_the_shim() -> None:
+    """As Gymnasium's envs (and ParallelVectorEnv) allow: ``with ... as envs``."""
+    with aiovec.VectorEnv([CountingEnv] * 2, backend="thread") as envs:
+        envs.reset()
+        obs, *_ = envs.step(np.ones(2, np.int64))
+        assert obs[:, 0].tolist() == [1, 1]
+    assert envs.closed
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.ones(2, np.int64))

@@ -1,0 +1,93 @@
+"""The sync shim against ``await`` on the same backend: what a drop-in user pays for blocking calls.
+
+CartPole-v1 on the inline and process backends at 8 and 32 envs. Each repeat measures, one
+after the other, ``await envs.step()`` on uvloop, ``await envs.step()`` on asyncio and
+``aiovec.VectorEnv.step()``; the report gives each one's median µs per vector step and the
+shim's throughput as a fraction of each ``await`` (issue 19's target: ≥ 0.95), with the
+per-repeat spread of those ratios.
+
+Run: ``.venv/bin/python benchmarks/shim.py [--repeats 5] [--steps 2000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+from collections.abc import Callable
+
+import anyio
+import gymnasium as gym
+import numpy as np
+
+import aiovec
+
+
+def cartpole() -> gym.Env[np.ndarray, int]:
+    return gym.make("CartPole-v1")
+
+
+def time_await(backend: str, num_envs: int, steps: int, loop: str) -> float:
+    async def run() -> float:
+        async with aiovec.AsyncVectorEnv([cartpole] * num_envs, backend=backend) as envs:
+            await envs.reset(seed=0)
+            actions = np.zeros(num_envs, np.int64)
+            for _ in range(steps // 10):  # warm-up
+                await envs.step(actions)
+            started = time.perf_counter()
+            for _ in range(steps):
+                await envs.step(actions)
+            return (time.perf_counter() - started) / steps
+
+    return anyio.run(run, backend="asyncio", backend_options={"use_uvloop": loop == "uvloop"})
+
+
+def time_shim(backend: str, num_envs: int, steps: int) -> float:
+    envs = aiovec.VectorEnv([cartpole] * num_envs, backend=backend)
+    try:  # not ``with``: this script also measures commits whose shim had no __enter__
+        envs.reset(seed=0)
+        actions = np.zeros(num_envs, np.int64)
+        for _ in range(steps // 10):
+            envs.step(actions)
+        started = time.perf_counter()
+        for _ in range(steps):
+            envs.step(actions)
+        return (time.perf_counter() - started) / steps
+    finally:
+        envs.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2000)
+    args = parser.parse_args()
+    print("| backend | num_envs | await, uvloop (µs) | await, asyncio (µs) | shim (µs) "
+          "| shim vs await uvloop (spread) | shim vs await asyncio (spread) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for backend in ("inline", "process"):
+        for num_envs in (8, 32):
+            measures: dict[str, Callable[[], float]] = {
+                "uvloop": functools.partial(time_await, backend, num_envs, args.steps, "uvloop"),
+                "asyncio": functools.partial(time_await, backend, num_envs, args.steps,
+                                             "asyncio"),
+                "shim": functools.partial(time_shim, backend, num_envs, args.steps),
+            }
+            samples: dict[str, list[float]] = {name: [] for name in measures}
+            for _ in range(args.repeats):  # interleaved: drift hits all three alike
+                for name, measure in measures.items():
+                    samples[name].append(measure())
+            cells = []
+            for reference in ("uvloop", "asyncio"):
+                ratios = [a / s for a, s in zip(samples[reference], samples["shim"])]
+                spread = (max(ratios) - min(ratios)) / statistics.median(ratios)
+                ratio = statistics.median(samples[reference]) / statistics.median(samples["shim"])
+                cells.append(f"{ratio:.2f}x ({spread:.0%})")
+            medians = [statistics.median(samples[name]) * 1e6 for name in measures]
+            print(f"| {backend} | {num_envs} | {medians[0]:.1f} | {medians[1]:.1f} | "
+                  f"{medians[2]:.1f} | {cells[0]} | {cells[1]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
