@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import queue
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Coroutine
@@ -48,24 +49,33 @@ class _CtrlC:
     task about to be made), a second interrupts at once. Installed only over Python's own
     handler: a program's own SIGINT handler is left be.
 
+    The kernel may hand SIGINT to any thread (a sub-env's, say), and Python runs the handler
+    in the main thread only once that thread runs bytecode: the main thread, asleep in the
+    loop's selector, must be woken. ``set_wakeup_fd`` makes the signal itself write to a
+    socket the loop watches (``wakeup_fd``).
+
     It goes through ``_signal``, the C module under ``signal``: ``signal``'s wrappers convert
     handlers to enums, ~5 µs a call, and this runs twice per vector step.
     """
 
-    __slots__ = ("count", "installed", "loop", "task")
+    __slots__ = ("count", "installed", "loop", "previous_wakeup_fd", "task")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, wakeup_fd: int) -> None:
         self.loop = loop
         self.task: asyncio.Task[Any] | None = None
         self.count = 0
+        self.previous_wakeup_fd = -1
         self.installed = (threading.current_thread() is _MAIN_THREAD
                           and _signal.getsignal(_SIGINT) is _DEFAULT_HANDLER)
         if self.installed:
+            self.previous_wakeup_fd = _signal.set_wakeup_fd(wakeup_fd,
+                                                            warn_on_full_buffer=False)
             _signal.signal(_SIGINT, self._on_ctrl_c)
 
     def uninstall(self) -> None:
         if self.installed:
             _signal.signal(_SIGINT, _DEFAULT_HANDLER)
+            _signal.set_wakeup_fd(self.previous_wakeup_fd)
 
     def _on_ctrl_c(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
@@ -127,6 +137,11 @@ class LoopDriver:
     def __init__(self) -> None:
         # asyncio's own loop: it starts and stops each call in ~8 µs, uvloop's in ~29 µs.
         self._loop = asyncio.new_event_loop()
+        # Where a signal, whichever thread receives it, wakes the loop (see _CtrlC).
+        self._wakeup_reader, self._wakeup_writer = socket.socketpair()
+        for end in (self._wakeup_reader, self._wakeup_writer):
+            end.setblocking(False)
+        self._loop.add_reader(self._wakeup_reader.fileno(), self._drain_wakeups)
         self._driving = threading.Lock()  # held by whichever thread runs the loop
         self._helper: _Helper | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -156,7 +171,7 @@ class LoopDriver:
                kwargs: dict[str, Any]) -> T:
         """Run the loop in this thread until the coroutine is done."""
         loop = self._loop
-        ctrl_c = _CtrlC(loop)
+        ctrl_c = _CtrlC(loop, self._wakeup_writer.fileno())
         try:
             # Made in a fresh context: the caller's context variables (sniffio's "trio", for
             # one) must not reach the private asyncio loop.
@@ -205,9 +220,15 @@ class LoopDriver:
                 if self._helper is not None:
                     self._helper.stop()
 
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(OSError):  # BlockingIOError once empty
+            while self._wakeup_reader.recv(64):
+                pass
+
     def _finish(self) -> None:
         loop = self._loop
         try:
+            loop.remove_reader(self._wakeup_reader.fileno())
             leftovers = asyncio.all_tasks(loop)
             for task in leftovers:
                 task.cancel()
@@ -216,3 +237,5 @@ class LoopDriver:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+            self._wakeup_reader.close()
+            self._wakeup_writer.close()

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from types import FrameType
 
 import numpy as np
+import pytest
 import trio
 
 import aiovec
@@ -126,3 +128,29 @@ def test_python_s_own_sigint_handler_is_back_after_every_call(ctrl_c: None) -> N
     finally:
         shim.close()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_received_by_another_thread_still_cancels_the_call(ctrl_c: None) -> None:
+    """The kernel may hand SIGINT to any thread; Python runs the handler in the main thread,
+    asleep in the loop's selector, which must be woken. It had slept on until the step ended
+    by itself (here: the gate's 60 s), seen once in CI."""
+    gated = GatedEnv()
+    shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
+    try:
+        shim.reset()
+
+        def interrupt_from_this_thread() -> None:
+            assert gated.entered.wait(timeout=30)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_from_this_thread)
+        interrupter.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            shim.step(np.ones(2, np.int64))
+        assert time.monotonic() - started < 30  # not the gate's 60 s
+        interrupter.join()
+        assert shim.unusable_envs == (0, 1)
+    finally:
+        gated.release.set()
+        shim.close()
