@@ -1,7 +1,8 @@
 # The two commands of the README's quickstart, the checks CI runs, and a quick tier.
 #   make demo   - set up .venv (first time only) and run examples/quickstart.py
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
-#                 API reference (docs/, mkdocs) and test, then RLlib's tests in .venv-rllib
+#                 API reference (docs/, mkdocs) and test, then RLlib's tests in .venv-rllib,
+#                 then a smoke run of the benchmark (prints its table, asserts nothing)
 #   make check  - the development loop: lint, type-check and every test not marked slow
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 # Reinstall whenever the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test check lint typecheck unit quick rllib package docs bench clean
+.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +22,7 @@ $(STAMP):
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck package docs unit rllib
+test: lint typecheck package docs unit rllib bench-quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
@@ -87,6 +88,11 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	rm -f $(VENV)/.bench-installed-*
 	touch $(BENCH_STAMP)
+
+# A smoke run of the benchmark, in `make test` (so CI): it prints its table and asserts
+# nothing; the figures of a busy CI machine are not quoted anywhere (~30 s, no EnvPool).
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/run.py --quick --output build/bench-quick
 
 # make bench [BENCH_ARGS="--quick" or "--repeats 5"]: see benchmarks/README.md
 bench: $(BENCH_STAMP)
