@@ -46,11 +46,15 @@ def cartpole() -> gym.Env[Any, Any]:
     return gym.make("CartPole-v1")
 
 
-def time_vector_env(steps: int, envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
-    """Seconds per ``envs.step`` of a sync vector env (closed afterwards)."""
+def time_vector_env(steps: int, envs: gym.vector.VectorEnv[Any, Any, Any],
+                    warmup: int = 0) -> float:
+    """Seconds per ``envs.step`` of a sync vector env, after ``warmup`` untimed steps
+    (closed afterwards)."""
     try:
         envs.reset(seed=0)
-        actions = np.zeros(NUM_ENVS, np.int64)
+        actions = np.zeros(envs.num_envs, np.int64)
+        for _ in range(warmup):
+            envs.step(actions)
         started = time.perf_counter()
         for _ in range(steps):
             envs.step(actions)
@@ -60,11 +64,14 @@ def time_vector_env(steps: int, envs: gym.vector.VectorEnv[Any, Any, Any]) -> fl
 
 
 def time_async(steps: int, backend: str, factory: Callable[[], gym.Env[Any, Any]] = cartpole,
-               loop: str = "asyncio") -> float:
+               loop: str = "asyncio", num_envs: int = NUM_ENVS, warmup: int = 0) -> float:
+    """Seconds per ``await envs.step()``, after ``warmup`` untimed steps."""
     async def run() -> float:
-        async with aiovec.AsyncVectorEnv([factory] * NUM_ENVS, backend=backend) as envs:
+        async with aiovec.AsyncVectorEnv([factory] * num_envs, backend=backend) as envs:
             await envs.reset(seed=0)
-            actions = np.zeros(NUM_ENVS, np.int64)
+            actions = np.zeros(num_envs, np.int64)
+            for _ in range(warmup):
+                await envs.step(actions)
             started = time.perf_counter()
             for _ in range(steps):
                 await envs.step(actions)

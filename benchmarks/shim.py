@@ -14,48 +14,16 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import time
 from collections.abc import Callable
 
-import anyio
-import gymnasium as gym
-import numpy as np
+from overhead import cartpole, time_async, time_vector_env  # benchmarks/ is sys.path[0]
 
 import aiovec
 
 
-def cartpole() -> gym.Env[np.ndarray, int]:
-    return gym.make("CartPole-v1")
-
-
-def time_await(backend: str, num_envs: int, steps: int, loop: str) -> float:
-    async def run() -> float:
-        async with aiovec.AsyncVectorEnv([cartpole] * num_envs, backend=backend) as envs:
-            await envs.reset(seed=0)
-            actions = np.zeros(num_envs, np.int64)
-            for _ in range(steps // 10):  # warm-up
-                await envs.step(actions)
-            started = time.perf_counter()
-            for _ in range(steps):
-                await envs.step(actions)
-            return (time.perf_counter() - started) / steps
-
-    return anyio.run(run, backend="asyncio", backend_options={"use_uvloop": loop == "uvloop"})
-
-
-def time_shim(backend: str, num_envs: int, steps: int) -> float:
-    envs = aiovec.VectorEnv([cartpole] * num_envs, backend=backend)
-    try:  # not ``with``: this script also measures commits whose shim had no __enter__
-        envs.reset(seed=0)
-        actions = np.zeros(num_envs, np.int64)
-        for _ in range(steps // 10):
-            envs.step(actions)
-        started = time.perf_counter()
-        for _ in range(steps):
-            envs.step(actions)
-        return (time.perf_counter() - started) / steps
-    finally:
-        envs.close()
+def time_shim(steps: int, backend: str, num_envs: int, warmup: int) -> float:
+    return time_vector_env(steps, aiovec.VectorEnv([cartpole] * num_envs, backend=backend),
+                           warmup)
 
 
 def main() -> None:
@@ -63,16 +31,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
+    warmup = args.steps // 10
     print("| backend | num_envs | await, uvloop (µs) | await, asyncio (µs) | shim (µs) "
           "| shim vs await uvloop (spread) | shim vs await asyncio (spread) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for backend in ("inline", "process"):
         for num_envs in (8, 32):
             measures: dict[str, Callable[[], float]] = {
-                "uvloop": functools.partial(time_await, backend, num_envs, args.steps, "uvloop"),
-                "asyncio": functools.partial(time_await, backend, num_envs, args.steps,
-                                             "asyncio"),
-                "shim": functools.partial(time_shim, backend, num_envs, args.steps),
+                "uvloop": functools.partial(time_async, args.steps, backend, cartpole, "uvloop",
+                                            num_envs, warmup),
+                "asyncio": functools.partial(time_async, args.steps, backend, cartpole,
+                                             "asyncio", num_envs, warmup),
+                "shim": functools.partial(time_shim, args.steps, backend, num_envs, warmup),
             }
             samples: dict[str, list[float]] = {name: [] for name in measures}
             for _ in range(args.repeats):  # interleaved: drift hits all three alike
