@@ -5,17 +5,21 @@ imported only when its backend is used). The core names backends by module path 
 from __future__ import annotations
 
 import importlib
+import math
 import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiovec._core._async_env import makes_async_envs
+from aiovec._core._probe import Workload
 
 if TYPE_CHECKING:
     from aiovec._core._backend import Backend
 
-__all__ = ["BACKEND_NAMES", "ActorOptions", "load_backend", "resolve_backend_name"]
+__all__ = ["BACKEND_NAMES", "ActorOptions", "BackendChoice", "choose_by_workload",
+           "load_backend", "resolve_backend_name", "rule_of_thumb"]
 
 #: The Ray backend's ``actor_options``: one mapping for every actor, or one per actor.
 ActorOptions = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -49,15 +53,10 @@ def _processes_available() -> bool:
 
 
 def resolve_backend_name(name: str, env_fns: Sequence[Any], options: dict[str, Any]) -> str:
-    """Pick the concrete backend for ``name``; the rule for ``"auto"`` is in docs/guide/backends.md.
-
-    ``"auto"``: ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"ray"`` when
-    Ray options were given; else ``"process"``
-    when process options were given, or when there are at least two sub-envs, at least two
-    usable CPUs, and the platform can start workers; else ``"thread"``.
-    """
+    """Pick the concrete backend for ``name``, ``"auto"`` by ``rule_of_thumb``; refuse
+    options the backend does not take."""
     if name == "auto":
-        name = _auto_backend(env_fns, options)
+        name = rule_of_thumb(env_fns, options).name
     if name not in _REGISTRY:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     for key, backends in BACKEND_OPTIONS.items():
@@ -71,19 +70,27 @@ def _listed(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _auto_backend(env_fns: Sequence[Any], options: dict[str, Any]) -> str:
+def rule_of_thumb(env_fns: Sequence[Any], options: dict[str, Any]) -> BackendChoice:
+    """``"auto"`` before it measures anything (docs/guide/backends.md has the whole rule).
+
+    ``"async"`` when the factories are ``AsyncEnv`` classes; else ``"ray"`` when Ray options
+    were given; else ``"process"`` when process options were given, or when there are at
+    least two sub-envs, at least two usable CPUs, and the platform can start workers (the
+    probe may then pick another); else ``"thread"``.
+    """
     if makes_async_envs(env_fns[0]):
-        return "async"
+        return BackendChoice("async", "the factories make coroutine envs (aiovec.AsyncEnv)")
     if any(options.get(key) is not None for key in RAY_OPTIONS):
-        return "ray"
+        return BackendChoice("ray", "Ray options (address, actor_options) were given")
     if any(options.get(key) is not None for key in PROCESS_OPTIONS):
-        return "process"
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    processes = len(env_fns) >= 2 and cpus >= 2 and _processes_available()
-    return "process" if processes else "thread"
+        return BackendChoice("process", "process options (num_workers, start_method) were given")
+    if len(env_fns) < 2:
+        return BackendChoice("thread", "one sub-env: no worker process pays for itself")
+    if usable_cpus() < 2:
+        return BackendChoice("thread", "one usable CPU: worker processes cannot run in parallel")
+    if not _processes_available():
+        return BackendChoice("thread", "this platform cannot start worker processes")
+    return BackendChoice("process", "at least two sub-envs and two usable CPUs")
 
 
 def load_backend(name: str) -> type[Backend]:
@@ -96,3 +103,78 @@ def load_backend(name: str) -> type[Backend]:
         raise ImportError(f"the {name!r} backend needs extra dependencies{hint}") from exc
     backend: type[Backend] = getattr(module, class_name)
     return backend
+
+
+# What a sub-env step costs each backend beyond the step itself, in seconds (measured on the
+# machine of the README's benchmark; only their order of magnitude matters to the choice).
+#: A hop to the sub-env's thread and back (thread backend).
+THREAD_HOP = 25e-6
+#: Bookkeeping per sub-env on the inline backend, and per sub-env inside a worker.
+INLINE_PER_ENV = 1.3e-6
+PROCESS_PER_ENV = 1.0e-6
+#: Copying one observation byte once (into a batch, or out of shared memory).
+COPY_PER_BYTE = 1.6e-11
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What ``backend="auto"`` picked, and why (``AsyncVectorEnv.backend_reason``)."""
+
+    name: str
+    reason: str
+    #: Estimated seconds per vector step on each backend the rule weighed.
+    estimates: Mapping[str, float] = field(default_factory=dict)
+
+
+def estimate_step_seconds(workload: Workload, num_envs: int, cpus: int,
+                          max_concurrency: int | None) -> dict[str, float]:
+    """Seconds per vector step of ``num_envs`` such sub-envs on the inline, thread and
+    process backends: the cost model behind ``choose_by_workload``.
+
+    Inline steps them one after another. Threads overlap the waiting part of their steps
+    (``max_concurrency`` at a time) but not the CPU part (the GIL), and each step pays a hop.
+    Each of ``min(cpus, max_concurrency)`` workers steps its share one after another, the
+    vector step pays one round trip, and observations are copied out of shared memory.
+    """
+    step, cpu = workload.step_seconds, workload.cpu_seconds
+    copy = workload.observation_bytes * COPY_PER_BYTE
+    concurrent = min(num_envs, max_concurrency or num_envs)
+    workers = max(1, min(num_envs, cpus, max_concurrency or num_envs))
+    return {
+        "inline": num_envs * (step + INLINE_PER_ENV + 2 * copy),
+        "thread": (max(math.ceil(num_envs / concurrent) * step, num_envs * cpu)
+                   + num_envs * (THREAD_HOP + 2 * copy)),
+        "process": (workload.round_trip_seconds
+                    + math.ceil(num_envs / workers) * (step + PROCESS_PER_ENV + copy)
+                    + num_envs * copy),
+    }
+
+
+def choose_by_workload(workload: Workload, num_envs: int, *, cpus: int | None = None,
+                       max_concurrency: int | None = None,
+                       timeout: float | None = None) -> BackendChoice:
+    """The backend ``"auto"`` runs these sub-envs on, from what the probe measured.
+
+    The cheapest estimate wins, but the process backend (which isolates crashes and can end
+    a hung sub-env) keeps the sub-envs unless another backend is at least 10 % faster, and
+    the inline backend, which cannot interrupt a hung step, is never picked when the vector
+    env has a ``timeout``.
+    """
+    cpus = cpus or usable_cpus()
+    estimates = estimate_step_seconds(workload, num_envs, cpus, max_concurrency)
+    candidates = {name: seconds for name, seconds in estimates.items()
+                  if not (name == "inline" and timeout is not None)}
+    best = min(candidates, key=candidates.__getitem__)
+    if candidates[best] > candidates["process"] / 1.1:
+        best = "process"
+    shown = ", ".join(f"{name} {seconds * 1e3:.3g} ms" for name, seconds in estimates.items())
+    reason = f"measured one sub-env: {workload.describe()}; estimated per vector step: {shown}"
+    return BackendChoice(best, reason, estimates)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
