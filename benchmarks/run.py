@@ -70,6 +70,10 @@ THREAD = "aiovec thread (await, uvloop)"
 PROCESS = "aiovec process (await, uvloop)"
 PROCESS_PER_ENV = "aiovec process, 1 env/worker"
 SHIM = "aiovec VectorEnv shim (process)"
+AUTO = "aiovec auto (await, uvloop)"
+#: The backends "auto" chooses among here, and what it chose, per (workload, num_envs).
+AUTO_CHOICES = (INLINE, THREAD, PROCESS)
+AUTO_PICKS: dict[tuple[str, int], set[str]] = {}
 ENVPOOL = "EnvPool C++ CartPole"
 
 warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")  # EnvPool's spaces
@@ -231,6 +235,9 @@ def run_aiovec(backend: str, **options: Any) -> Callable[[Workload, int, Plan], 
             with anyio.fail_after(plan.cell_timeout):
                 async with aiovec.AsyncVectorEnv([workload.factory] * num_envs,
                                                  backend=backend, **options) as envs:
+                    if backend == "auto":
+                        AUTO_PICKS.setdefault((workload.name, num_envs), set()).add(
+                            envs.backend_name)
                     await envs.reset(seed=0)
                     return await time_steps_async(envs.step, action_batches(num_envs),
                                                   num_envs, plan)
@@ -310,6 +317,10 @@ def make_contenders(envpool_missing: bool) -> list[Contender]:
     def not_256(reason: str) -> Callable[[Workload, int], str | None]:
         return lambda workload, num_envs: reason if num_envs > 32 else None
 
+    def not_256_sleeping(reason: str) -> Callable[[Workload, int], str | None]:
+        return lambda workload, num_envs: (reason if num_envs > 32 and workload.name == "SleepEnv"
+                                           else None)
+
     def envpool_skip(workload: Workload, num_envs: int) -> str | None:
         return None if workload.name == "CartPole-v1" and not envpool_missing else ""
 
@@ -318,13 +329,14 @@ def make_contenders(envpool_missing: bool) -> list[Contender]:
         Contender(RAW_PAIR, run_raw_pair, fixed_envs=2,
                   skip=lambda w, n: None if w.name == "CpuEnv" else ""),
         Contender(SYNC, run_gym_sync,
-                  skip=not_256("256 sleeping envs take 1.3 s per vector step; "
-                               "Sync tops out at ~195 steps/s whatever num_envs (rows 8, 32)")),
+                  skip=not_256_sleeping("256 sleeping envs take 1.3 s per vector step; Sync "
+                                        "tops out at ~195 steps/s whatever num_envs (rows 8, 32)")),
         Contender(GYM_ASYNC, run_gym_async, skip=not_256("would need 256 processes")),
         Contender(INLINE, run_aiovec("inline"),
-                  skip=not_256("steps envs one after another, like SyncVectorEnv")),
+                  skip=not_256_sleeping("steps envs one after another, like SyncVectorEnv")),
         Contender(THREAD, run_aiovec("thread")),
         Contender(PROCESS, run_aiovec("process")),
+        Contender(AUTO, run_aiovec("auto")),
         Contender(PROCESS_PER_ENV, run_process_per_env, skip=only_sleep_up_to_32),
         Contender(SHIM, run_shim, skip=not_256("shim measured at 8 and 32 envs")),
         Contender(ENVPOOL, run_envpool, skip=envpool_skip),
@@ -332,11 +344,12 @@ def make_contenders(envpool_missing: bool) -> list[Contender]:
 
 
 WORKLOADS = [
-    Workload("CartPole-v1", make_cartpole, (8, 32), "gym.make('CartPole-v1'), ~5 µs per step"),
-    Workload("CpuEnv", CpuEnv, (8,), "1 ms of pure-Python CPU per step (thread CPU time), "
+    Workload("CartPole-v1", make_cartpole, (8, 32, 256),
+             "gym.make('CartPole-v1'), ~5 µs per step"),
+    Workload("CpuEnv", CpuEnv, (8, 32), "1 ms of pure-Python CPU per step (thread CPU time), "
              "GIL held"),
     Workload("SleepEnv", SleepEnv, (8, 32, 256), "time.sleep(0.005) per step (I/O-bound)"),
-    Workload("PixelEnv", PixelEnv, (8, 32), "84x84x4 uint8 observation, trivial compute"),
+    Workload("PixelEnv", PixelEnv, (8, 32, 256), "84x84x4 uint8 observation, trivial compute"),
 ]
 
 
@@ -414,24 +427,29 @@ def first_step_gym_async(num_envs: int) -> float:
         envs.close()
 
 
-def first_step_aiovec_process(num_envs: int) -> float:
-    """Seconds from construction to the first step's results, aiovec process backend."""
-    actions = action_batches(num_envs)[0]
+def first_step_aiovec(backend: str) -> Callable[[int], float]:
+    """Seconds from construction to the first step's results, aiovec on ``backend``."""
 
-    async def main() -> float:
-        with anyio.fail_after(60.0):
-            started = time.perf_counter()
-            async with aiovec.AsyncVectorEnv([make_cartpole] * num_envs,
-                                             backend="process") as envs:
-                await envs.reset(seed=0)
-                await envs.step(actions)
-                return time.perf_counter() - started
+    def first_step(num_envs: int) -> float:
+        actions = action_batches(num_envs)[0]
 
-    return anyio.run(main, backend="asyncio", backend_options=UVLOOP)
+        async def main() -> float:
+            with anyio.fail_after(60.0):
+                started = time.perf_counter()
+                async with aiovec.AsyncVectorEnv([make_cartpole] * num_envs,
+                                                 backend=backend) as envs:
+                    await envs.reset(seed=0)
+                    await envs.step(actions)
+                    return time.perf_counter() - started
+
+        return anyio.run(main, backend="asyncio", backend_options=UVLOOP)
+
+    return first_step
 
 
 STARTUP_ENVS = 32
-STARTUP = {PROCESS: first_step_aiovec_process, GYM_ASYNC: first_step_gym_async}
+STARTUP = {PROCESS: first_step_aiovec("process"), AUTO: first_step_aiovec("auto"),
+           GYM_ASYNC: first_step_gym_async}
 
 
 def measure_startup(name: str, results: Results) -> str:
@@ -607,6 +625,7 @@ def target_checks(results: Results) -> list[str]:
         return Check(label, ratio, target, unit=unit, per_repeat=paired)
 
     startup = results.startup.get(PROCESS)
+    auto_startup = results.startup.get(AUTO)
     checks = [
         versus("CartPole-v1 n=32, aiovec process vs SyncVectorEnv", "CartPole-v1", 32, SYNC,
                1.2),
@@ -620,8 +639,36 @@ def target_checks(results: Results) -> list[str]:
         Check(f"start-up ({STARTUP_ENVS} CartPole envs to first step), aiovec process",
               statistics.median(startup) if startup else None, 1.0, unit=" s", at_most=True,
               per_repeat=startup or ()),
+        Check(f"start-up ({STARTUP_ENVS} CartPole envs to first step), aiovec auto (measures "
+              "first)", statistics.median(auto_startup) if auto_startup else None, 1.0,
+              unit=" s", at_most=True, per_repeat=auto_startup or ()),
     ]
-    return [check.line() for check in checks]
+    return [check.line() for check in checks + auto_checks(results)]
+
+
+def auto_checks(results: Results) -> list[Check]:
+    """``backend="auto"`` against the fastest of the backends it picks from, per cell."""
+    checks = []
+    for workload, num_envs in sorted({(c.workload, c.num_envs) for c in results.timings
+                                      if c.contender == AUTO}):
+        medians = {name: results.median(workload, num_envs, name) for name in AUTO_CHOICES}
+        known = {name: value for name, value in medians.items() if value}
+        auto = results.median(workload, num_envs, AUTO)
+        if not known or auto is None:
+            continue
+        best = max(known, key=known.__getitem__)
+        per_repeat = []
+        for timing in results.timings.get(Cell(workload, num_envs, AUTO), []):
+            rates = [t.steps_per_second for name in AUTO_CHOICES
+                     for t in results.timings.get(Cell(workload, num_envs, name), [])
+                     if t.repeat == timing.repeat]
+            if rates:
+                per_repeat.append(timing.steps_per_second / max(rates))
+        picked = ", ".join(sorted(AUTO_PICKS.get((workload, num_envs), ()))) or "?"
+        checks.append(Check(f"{workload} n={num_envs}, aiovec auto (picked {picked}) vs the "
+                            f"best backend ({best.split()[1]})", auto / known[best], 0.9,
+                            per_repeat=per_repeat))
+    return checks
 
 
 def report(workloads: Sequence[Workload], results: Results, header: list[str],
@@ -640,8 +687,8 @@ def report(workloads: Sequence[Workload], results: Results, header: list[str],
     return "\n".join(lines) + "\n"
 
 
-CONTENDER_ORDER = [RAW, RAW_PAIR, SYNC, GYM_ASYNC, INLINE, THREAD, PROCESS, PROCESS_PER_ENV,
-                   SHIM, ENVPOOL]
+CONTENDER_ORDER = [RAW, RAW_PAIR, SYNC, GYM_ASYNC, INLINE, THREAD, PROCESS, AUTO,
+                   PROCESS_PER_ENV, SHIM, ENVPOOL]
 
 
 def plot(workloads: Sequence[Workload], results: Results, path: Path) -> None:
@@ -711,6 +758,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan = Plan(seconds=plan.seconds, warmup_steps=10, warmup_seconds=0.1, min_steps=2)
     chosen = {name.strip() for name in args.workloads.split(",") if name.strip()}
     workloads = [w for w in WORKLOADS if not chosen or w.name in chosen]
+    if args.quick:  # a smoke run: the small batches only
+        workloads = [dataclasses.replace(w, sizes=tuple(n for n in w.sizes if n <= 32))
+                     for w in workloads]
     load = os.getloadavg()
     print(f"aiovec benchmark: {len(workloads)} workloads, {repeats} repeats, "
           f"{plan.seconds:g} s per measurement; load average {load[0]:.2f}", flush=True)

@@ -201,3 +201,30 @@ class NodeEnv(CountingEnv):
         import ray
 
         return str(ray.get_runtime_context().get_node_id())
+
+
+class SleepingEnv(CountingEnv):
+    """Waits 20 ms per step without computing (an env talking to a remote simulator)."""
+
+    def step(self, action: Any) -> Any:
+        time.sleep(0.02)
+        return super().step(action)
+
+
+class BusyEnv(CountingEnv):
+    """Computes for 2 ms of CPU time per step, holding the GIL."""
+
+    def step(self, action: Any) -> Any:
+        until = time.thread_time() + 0.002
+        while time.thread_time() < until:
+            pass
+        return super().step(action)
+
+
+class CrashingEnv(CountingEnv):
+    """Takes its process down at its third step."""
+
+    def step(self, action: Any) -> Any:
+        if self.steps == 2:
+            os._exit(7)
+        return super().step(action)

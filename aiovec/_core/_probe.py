@@ -40,6 +40,9 @@ class Workload:
     step_seconds: float
     #: CPU time its worker process spent in ``env.step`` (all threads).
     cpu_seconds: float
+    #: The part of the step spent neither computing nor waiting for a CPU: sleeping, waiting
+    #: on I/O or on another process. Threads overlap this part; nothing overlaps the rest.
+    waiting_seconds: float
     #: The rest of a vector step on the process backend: a round trip to a worker and back.
     round_trip_seconds: float
     #: Bytes of one observation (0 when it is not an array).
@@ -48,14 +51,12 @@ class Workload:
 
     @property
     def waiting_share(self) -> float:
-        """How much of a step is spent not computing (sleeping, waiting on I/O), 0 to 1."""
-        if self.step_seconds <= 0:
-            return 0.0
-        return max(0.0, 1.0 - self.cpu_seconds / self.step_seconds)
+        """How much of a step is spent waiting (see ``waiting_seconds``), 0 to 1."""
+        return self.waiting_seconds / self.step_seconds if self.step_seconds > 0 else 0.0
 
     def describe(self) -> str:
-        return (f"{_seconds(self.step_seconds)} per step, {1 - self.waiting_share:.0%} of it CPU, "
-                f"{_seconds(self.round_trip_seconds)} per round trip to a worker, "
+        return (f"{_seconds(self.step_seconds)} per step, {self.waiting_share:.0%} of it "
+                f"waiting, {_seconds(self.round_trip_seconds)} per round trip to a worker, "
                 f"{self.observation_bytes:,} B observations")
 
 
@@ -63,20 +64,30 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.2f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} µs"
 
 
+def _run_delay() -> float:
+    """Seconds this thread has spent ready to run but waiting for a CPU (Linux; else 0)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class _TimedSteps(gym.Wrapper[Any, Any, Any, Any]):
-    """Records the wall and CPU time of each ``step`` of the env it wraps."""
+    """Records the wall time, CPU time and run-queue delay of each ``step`` of its env."""
 
     def __init__(self, env: gym.Env[Any, Any]) -> None:
         super().__init__(env)
-        self.readings: list[tuple[float, float]] = []
+        self.readings: list[tuple[float, float, float]] = []
 
     def step(self, action: Any) -> Any:
-        wall, cpu = time.perf_counter(), time.process_time()
+        delay, cpu, wall = _run_delay(), time.process_time(), time.perf_counter()
         result = self.env.step(action)
-        self.readings.append((time.perf_counter() - wall, time.process_time() - cpu))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        self.readings.append((wall, cpu, _run_delay() - delay))
         return result
 
-    def probe_readings(self) -> list[tuple[float, float]]:
+    def probe_readings(self) -> list[tuple[float, float, float]]:
         return self.readings
 
 
@@ -109,10 +120,11 @@ async def measure_workload(env_fn: Callable[[], Any], *,
                 round_trips.append(time.perf_counter() - started)
             (readings,) = await envs.call("probe_readings")
     if not readings:  # every step was an autoreset: time the round trips only
-        readings = [(0.0, 0.0)]
-    step_seconds = statistics.median(wall for wall, _ in readings)
-    cpu_seconds = statistics.median(cpu for _, cpu in readings)
+        readings = [(0.0, 0.0, 0.0)]
+    step_seconds = statistics.median(wall for wall, _, _ in readings)
+    cpu_seconds = min(step_seconds, statistics.median(cpu for _, cpu, _ in readings))
+    waiting = statistics.median(max(0.0, wall - cpu - delay) for wall, cpu, delay in readings)
     round_trip = max(0.0, statistics.median(round_trips) - step_seconds)
     nbytes = observations.nbytes if isinstance(observations, np.ndarray) else 0
-    return Workload(step_seconds, min(cpu_seconds, step_seconds), round_trip, nbytes,
+    return Workload(step_seconds, cpu_seconds, min(waiting, step_seconds), round_trip, nbytes,
                     len(round_trips))

@@ -5,21 +5,25 @@ imported only when its backend is used). The core names backends by module path 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import multiprocessing
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aiovec._core._async_env import makes_async_envs
-from aiovec._core._probe import Workload
+from aiovec._core._async_env import CoroutineEnvError, makes_async_envs
+from aiovec._core._probe import Workload, measure_workload
 
 if TYPE_CHECKING:
     from aiovec._core._backend import Backend
 
-__all__ = ["BACKEND_NAMES", "ActorOptions", "BackendChoice", "choose_by_workload",
+__all__ = ["BACKEND_NAMES", "ActorOptions", "BackendChoice", "BackendSelection",
+           "choose_by_measuring", "choose_by_workload",
            "load_backend", "resolve_backend_name", "rule_of_thumb"]
+
+logger = logging.getLogger("aiovec")
 
 #: The Ray backend's ``actor_options``: one mapping for every actor, or one per actor.
 ActorOptions = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -45,6 +49,16 @@ BACKEND_OPTIONS = {
 }
 PROCESS_OPTIONS = ("num_workers", "start_method")
 RAY_OPTIONS = ("address", "actor_options")
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What ``backend="auto"`` picked, and why (``AsyncVectorEnv.backend_reason``)."""
+
+    name: str
+    reason: str
+    #: Estimated seconds per vector step on each backend the rule weighed.
+    estimates: Mapping[str, float] = field(default_factory=dict)
 
 
 def _processes_available() -> bool:
@@ -116,16 +130,6 @@ PROCESS_PER_ENV = 1.0e-6
 COPY_PER_BYTE = 1.6e-11
 
 
-@dataclass(frozen=True)
-class BackendChoice:
-    """What ``backend="auto"`` picked, and why (``AsyncVectorEnv.backend_reason``)."""
-
-    name: str
-    reason: str
-    #: Estimated seconds per vector step on each backend the rule weighed.
-    estimates: Mapping[str, float] = field(default_factory=dict)
-
-
 def estimate_step_seconds(workload: Workload, num_envs: int, cpus: int,
                           max_concurrency: int | None) -> dict[str, float]:
     """Seconds per vector step of ``num_envs`` such sub-envs on the inline, thread and
@@ -136,13 +140,14 @@ def estimate_step_seconds(workload: Workload, num_envs: int, cpus: int,
     Each of ``min(cpus, max_concurrency)`` workers steps its share one after another, the
     vector step pays one round trip, and observations are copied out of shared memory.
     """
-    step, cpu = workload.step_seconds, workload.cpu_seconds
+    # Waiting for a CPU (a busy machine) counts as computing: threads cannot overlap it.
+    step, computing = workload.step_seconds, workload.step_seconds - workload.waiting_seconds
     copy = workload.observation_bytes * COPY_PER_BYTE
     concurrent = min(num_envs, max_concurrency or num_envs)
     workers = max(1, min(num_envs, cpus, max_concurrency or num_envs))
     return {
         "inline": num_envs * (step + INLINE_PER_ENV + 2 * copy),
-        "thread": (max(math.ceil(num_envs / concurrent) * step, num_envs * cpu)
+        "thread": (max(math.ceil(num_envs / concurrent) * step, num_envs * computing)
                    + num_envs * (THREAD_HOP + 2 * copy)),
         "process": (workload.round_trip_seconds
                     + math.ceil(num_envs / workers) * (step + PROCESS_PER_ENV + copy)
@@ -178,3 +183,94 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         return os.cpu_count() or 1
+
+
+async def choose_by_measuring(env_fn: Callable[[], Any], rule: BackendChoice, num_envs: int, *,
+                              max_concurrency: int | None,
+                              timeout: float | None) -> BackendChoice:
+    """Step one instance of ``env_fn`` aside (``measure_workload``), then pick by the cost
+    model. If measuring fails, ``rule`` stands and says why, unless the failure shows
+    coroutine envs (``"async"`` then)."""
+    try:
+        workload = await measure_workload(env_fn)
+    except Exception as error:
+        if any(isinstance(cause, CoroutineEnvError) for cause in _causes(error)):
+            return BackendChoice("async", "the sub-envs are coroutine envs (async def step)")
+        root = _root_cause(error)
+        return BackendChoice(rule.name, f"{rule.reason}; measuring a sub-env failed "
+                             f"({type(root).__name__}: {root}), so the rule of thumb stands")
+    return choose_by_workload(workload, num_envs, max_concurrency=max_concurrency,
+                              timeout=timeout)
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, the errors it groups, and what caused each of them."""
+    stack = [error]
+    while stack:
+        error = stack.pop()
+        yield error
+        stack.extend(getattr(error, "exceptions", ()))
+        if error.__cause__ is not None:
+            stack.append(error.__cause__)
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """What went wrong first: the first grouped error's cause, not the group around it."""
+    while True:
+        grouped = getattr(error, "exceptions", ())
+        if grouped:
+            error = grouped[0]
+        elif error.__cause__ is not None:
+            error = error.__cause__
+        else:
+            return error
+
+
+class BackendSelection:
+    """Which backend hosts a vector env's sub-envs and why; with ``"auto"``, settled at start.
+
+    ``"auto"`` starts from ``rule_of_thumb``. Where that says ``"process"`` and the caller
+    pinned nothing, ``settle`` measures a sub-env first; where it says anything but
+    ``"async"``, a start that finds coroutine envs switches to ``"async"``.
+    """
+
+    def __init__(self, backend: str, env_fns: Sequence[Any], options: dict[str, Any],
+                 autoreset_mode: Any) -> None:
+        choice = (rule_of_thumb(env_fns, options) if backend == "auto"
+                  else BackendChoice(backend, f"backend={backend!r} was given"))
+        self.name = resolve_backend_name(choice.name, env_fns, options)
+        self.reason = choice.reason
+        self.options = {key: value for key, value in options.items() if value is not None}
+        self._env_fns = list(env_fns)
+        self._autoreset_mode = autoreset_mode
+        free = backend == "auto" and set(self.options) <= {"max_concurrency"}
+        #: "auto" could not tell coroutine envs made by plain callables: start finds out.
+        self.may_switch_to_async = free and self.name != "async"
+        self._measure = free and self.name == "process"
+        if backend == "auto" and not self._measure:
+            self._log()
+
+    def make(self) -> Backend:
+        """A backend instance of the chosen kind (nothing started)."""
+        return load_backend(self.name)(self._env_fns, self._autoreset_mode, **self.options)
+
+    async def settle(self, num_envs: int, timeout: float | None) -> bool:
+        """Measure a sub-env if "auto" still has to; True if the backend changed."""
+        if not self._measure:
+            return False
+        self._measure = False
+        return self.switch(await choose_by_measuring(
+            self._env_fns[0], BackendChoice(self.name, self.reason), num_envs,
+            max_concurrency=self.options.get("max_concurrency"), timeout=timeout))
+
+    def switch(self, choice: BackendChoice) -> bool:
+        """Take ``choice`` (before any sub-env was made); True if the backend changed."""
+        changed = choice.name != self.name
+        self.name, self.reason = choice.name, choice.reason
+        self.may_switch_to_async = self.may_switch_to_async and choice.name != "async"
+        self._log()
+        return changed
+
+    def _log(self) -> None:
+        logger.info("backend='auto' picked %r for %d sub-envs: %s", self.name,
+                    len(self._env_fns), self.reason)

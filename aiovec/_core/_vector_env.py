@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import math
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -18,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._arguments import check_count, check_env_fns, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
-from aiovec._core._backend import Arrivals, Backend
+from aiovec._core._backend import Arrivals
 from aiovec._core._engine import BoolArray, Engine, State, StepResult
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
@@ -30,19 +29,11 @@ from aiovec._core._in_flight import (
     Timeout,
 )
 from aiovec._core._loop_wakeup import threadsafe_caller
-from aiovec._core._probe import measure_workload
 from aiovec._core._recovery import Recovery
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
-from aiovec._core._selection import (
-    ActorOptions,
-    BackendChoice,
-    choose_by_workload,
-    load_backend,
-    resolve_backend_name,
-    rule_of_thumb,
-)
+from aiovec._core._selection import ActorOptions, BackendChoice, BackendSelection
 from aiovec._core._spaces import (
     ObservationMode,
     VectorSpaces,
@@ -60,7 +51,6 @@ from aiovec._exceptions import (
 
 __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 
-logger = logging.getLogger("aiovec")
 
 #: What makes a sub-env: a ``gymnasium.Env`` for most backends, a coroutine env (``AsyncEnv``,
 #: or an awaitable of one) for ``backend="async"``.
@@ -70,29 +60,6 @@ EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[As
 #: Vector envs started and not closed yet: closed at interpreter exit, while the modules
 #: their teardown needs still exist (a ``__del__`` run later finds them half torn down).
 _running: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    """``error``, the errors it groups, and what caused each of them."""
-    stack = [error]
-    while stack:
-        error = stack.pop()
-        yield error
-        stack.extend(getattr(error, "exceptions", ()))
-        if error.__cause__ is not None:
-            stack.append(error.__cause__)
-
-
-def _root_cause(error: BaseException) -> BaseException:
-    """What went wrong first: the first grouped error's cause, not the group around it."""
-    while True:
-        grouped = getattr(error, "exceptions", ())
-        if grouped:
-            error = grouped[0]
-        elif error.__cause__ is not None:
-            error = error.__cause__
-        else:
-            return error
 
 
 @atexit.register
@@ -175,27 +142,8 @@ class AsyncVectorEnv(Engine):
         options = {"num_workers": num_workers, "start_method": start_method,
                    "max_concurrency": check_count(max_concurrency, "max_concurrency"),
                    "address": address, "actor_options": actor_options}
-        choice = (rule_of_thumb(env_fns, options) if backend == "auto"
-                  else BackendChoice(backend, f"backend={backend!r} was given"))
-        #: The backend the sub-envs run on (with "auto", settled by ``start``).
-        self.backend_name = resolve_backend_name(choice.name, env_fns, options)
-        #: Why they run there: what "auto" measured and estimated, or that it was given.
-        self.backend_reason = choice.reason
+        self._selection = BackendSelection(backend, env_fns, options, self.autoreset_mode)
         self.spec: gym.envs.registration.EnvSpec | None = None
-        backend_class = load_backend(self.backend_name)
-        backend_options = {key: value for key, value in options.items() if value is not None}
-        backend_instance: Backend = backend_class(env_fns, self.autoreset_mode,
-                                                  **backend_options)
-        free_choice = backend == "auto" and set(backend_options) <= {"max_concurrency"}
-        # "auto" could not tell coroutine envs made by plain callables: it finds out at start.
-        self._may_switch_to_async = free_choice and self.backend_name != "async"
-        # Where it would start worker processes, "auto" first measures a sub-env's step.
-        self._measure_at_start = free_choice and self.backend_name == "process"
-        if backend == "auto" and not self._measure_at_start:
-            logger.info("backend='auto' picked %r for %d sub-envs: %s", self.backend_name,
-                        self.num_envs, self.backend_reason)
-        self._env_fns = list(env_fns)
-        self._backend_options = backend_options
         self._state = State.CREATED
         self._in_flight: InFlight | None = None
         self._metadata: dict[str, Any] = {}
@@ -203,7 +151,7 @@ class AsyncVectorEnv(Engine):
         self._spaces: VectorSpaces | None = None
         self._counters = Counters()
         self._health = Health(self.num_envs)
-        self._recovery = Recovery(backend_instance, RestartPolicy.coerce(restart),
+        self._recovery = Recovery(self._selection.make(), RestartPolicy.coerce(restart),
                                   self.num_envs, self._counters, self._health)
         self._final_latency: tuple[LatencySummary, ...] | None = None
         self._first_ready: FirstReady | None = None
@@ -225,59 +173,36 @@ class AsyncVectorEnv(Engine):
         self._check_not_closed("start")
         if self._state is State.STARTING or self._in_flight is not None:
             raise BusyError("another task is already starting this vector env")
-        if self._measure_at_start:
-            self._state = State.STARTING
-            try:
-                await self._choose_by_measuring()
-            finally:
-                self._measure_at_start = False
-                if self._state is State.STARTING:
-                    self._state = State.CREATED
-            self._check_not_closed("start")
+        self._state = State.STARTING
+        try:
+            if await self._selection.settle(self.num_envs, self.timeout):
+                self._recovery.backend = self._selection.make()
+        finally:
+            if self._state is State.STARTING:  # else another task's aclose closed it
+                self._state = State.CREATED
+        self._check_not_closed("start")
         try:
             await self._start(timeout)
         except SubEnvErrorGroup as error:
-            if not (self._may_switch_to_async and self._start_failed_alone
+            if not (self._selection.may_switch_to_async and self._start_failed_alone
                     and all(isinstance(sub_error.__cause__, CoroutineEnvError)
                             for sub_error in error.exceptions)):
                 raise
-            self._switch_backend(BackendChoice(
+            self._selection.switch(BackendChoice(
                 "async", "the sub-envs turned out to be coroutine envs (async def step)"))
+            self._recovery.backend = self._selection.make()
             self._state = State.CREATED
             await self._start(timeout)
 
-    async def _choose_by_measuring(self) -> None:
-        """``backend="auto"``: step one extra sub-env in a worker of its own, then run the
-        sub-envs where the cost model says they step fastest (docs/guide/backends.md)."""
-        try:
-            workload = await measure_workload(self._env_fns[0])
-        except Exception as error:
-            if any(isinstance(cause, CoroutineEnvError) for cause in _causes(error)):
-                self._switch_backend(BackendChoice(
-                    "async", "the sub-envs are coroutine envs (async def step)"))
-            else:
-                root = _root_cause(error)
-                self.backend_reason += (f"; measuring a sub-env failed ({type(root).__name__}: "
-                                        f"{root}), so the rule of thumb stands")
-                logger.info("backend='auto' picked 'process' for %d sub-envs: %s",
-                            self.num_envs, self.backend_reason)
-            return
-        max_concurrency = self._backend_options.get("max_concurrency")
-        assert max_concurrency is None or isinstance(max_concurrency, int)
-        self._switch_backend(choose_by_workload(workload, self.num_envs,
-                                                max_concurrency=max_concurrency,
-                                                timeout=self.timeout))
+    @property
+    def backend_name(self) -> str:
+        """The backend the sub-envs run on (``"auto"`` settles it at ``start``)."""
+        return self._selection.name
 
-    def _switch_backend(self, choice: BackendChoice) -> None:
-        """Run the sub-envs on ``choice`` instead (before any was made)."""
-        logger.info("backend='auto' picked %r for %d sub-envs: %s", choice.name, self.num_envs,
-                    choice.reason)
-        self._may_switch_to_async = self._may_switch_to_async and choice.name != "async"
-        self.backend_reason = choice.reason
-        if choice.name != self.backend_name:
-            self.backend_name = choice.name
-            self._recovery.backend = load_backend(choice.name)(
-                self._env_fns, self.autoreset_mode, **self._backend_options)
+    @property
+    def backend_reason(self) -> str:
+        """Why they run there: what ``"auto"`` measured and estimated, or that it was given."""
+        return self._selection.reason
 
     async def _start(self, timeout: float | None) -> None:
         self._state = State.STARTING

@@ -188,6 +188,11 @@ class AsyncParallelVectorEnv:
         return self._env.backend_name
 
     @property
+    def backend_reason(self) -> str:
+        """Why they run there (what ``"auto"`` measured, or that the backend was given)."""
+        return self._env.backend_reason
+
+    @property
     def possible_agents(self) -> tuple[AgentID, ...]:
         """Every agent that may appear, in the sub-envs' order (known once started)."""
         return self._started()

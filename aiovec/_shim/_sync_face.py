@@ -40,6 +40,9 @@ class AsyncCore(Protocol[_Actions_contra, _StepResult_co, _StepBatch_co]):
     def backend_name(self) -> str: ...
 
     @property
+    def backend_reason(self) -> str: ...
+
+    @property
     def unusable_envs(self) -> tuple[int, ...]: ...
 
     def statistics(self) -> Statistics: ...
@@ -98,6 +101,11 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
     def backend_name(self) -> str:
         """The backend the sub-envs run on (``"auto"`` resolved)."""
         return self._env.backend_name
+
+    @property
+    def backend_reason(self) -> str:
+        """Why they run there (what ``"auto"`` measured, or that the backend was given)."""
+        return self._env.backend_reason
 
     def statistics(self) -> Statistics:
         """Counters and per-sub-env step latency; see ``AsyncVectorEnv.statistics``."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -15,42 +14,17 @@ import aiovec
 from aiovec._core._probe import Workload, measure_workload
 from aiovec._core._selection import choose_by_workload, estimate_step_seconds, rule_of_thumb
 from aiovec.testing import CountingEnv
+from tests.envs import BusyEnv, CrashingEnv, SleepingEnv
 
 pytestmark = pytest.mark.anyio
 
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 
 
-class SleepingEnv(CountingEnv):
-    """Waits 20 ms per step without computing (an env talking to a remote simulator)."""
-
-    def step(self, action: Any) -> Any:
-        time.sleep(0.02)
-        return super().step(action)
-
-
-class BusyEnv(CountingEnv):
-    """Computes for 2 ms of CPU time per step, holding the GIL."""
-
-    def step(self, action: Any) -> Any:
-        until = time.thread_time() + 0.002
-        while time.thread_time() < until:
-            pass
-        return super().step(action)
-
-
-class CrashingEnv(CountingEnv):
-    """Takes its process down at its third step."""
-
-    def step(self, action: Any) -> Any:
-        if self.steps == 2:
-            os._exit(7)
-        return super().step(action)
-
-
 def _workload(step: float, cpu: float, round_trip: float = 60e-6,
               nbytes: int = 16) -> Workload:
-    return Workload(step, cpu, round_trip, nbytes, steps=20)
+    """A step of ``step`` seconds that computes for ``cpu`` and waits the rest."""
+    return Workload(step, cpu, step - cpu, round_trip, nbytes, steps=20)
 
 
 # ---------------------------------------------------------------------- the cost model
@@ -59,7 +33,7 @@ def test_waiting_envs_go_to_threads() -> None:
     choice = choose_by_workload(_workload(5e-3, 5e-5), 32, cpus=2)
     assert choice.name == "thread"
     assert choice.estimates["thread"] < choice.estimates["process"] / 10
-    assert "1% of it CPU" in choice.reason
+    assert "99% of it waiting" in choice.reason
 
 
 def test_cpu_bound_envs_go_to_processes() -> None:
@@ -90,6 +64,12 @@ def test_max_concurrency_limits_the_overlap_threads_can_give() -> None:
     assert choose_by_workload(sleeping, 32, cpus=2, max_concurrency=4).name == "thread"
     # One at a time, every backend steps them in turn: the process backend keeps the tie.
     assert choose_by_workload(sleeping, 32, cpus=2, max_concurrency=1).name == "process"
+
+
+def test_waiting_for_a_cpu_counts_as_computing() -> None:
+    # A computing env on a busy machine: 2 ms of CPU, 3 ms more spent waiting for a core.
+    busy_machine = Workload(5e-3, 2e-3, 0.0, 60e-6, 16, steps=20)
+    assert choose_by_workload(busy_machine, 4, cpus=2).name == "process"
 
 
 def test_big_observations_weigh_on_every_backend() -> None:

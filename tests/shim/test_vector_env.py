@@ -20,7 +20,7 @@ import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.backends.test_process import wait_for_exit
 from tests.backends_matrix import LOCAL_SYNC_BACKENDS
-from tests.envs import FifoStepEnv, GatedEnv, PidEnv, wait_for_fifo
+from tests.envs import FifoStepEnv, GatedEnv, PidEnv, SleepingEnv, wait_for_fifo
 
 backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
@@ -254,3 +254,14 @@ def test_a_with_block_closes_the_shim() -> None:
     assert envs.closed
     with pytest.raises(ClosedEnvironmentError):
         envs.step(np.ones(2, np.int64))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="on one CPU the rule of thumb picks threads without measuring")
+def test_the_shim_says_where_auto_put_the_sub_envs() -> None:
+    with aiovec.VectorEnv([SleepingEnv] * 3) as envs:  # waits 20 ms per step: threads
+        assert envs.backend_name == "thread"
+        assert "measured one sub-env" in envs.backend_reason
+        envs.reset(seed=0)
+        obs, *_ = envs.step(np.zeros(3, dtype=np.int64))
+        assert obs.tolist() == [[1, 1]] * 3
