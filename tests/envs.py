@@ -173,6 +173,14 @@ class TextEnv(gym.Env[str, str]):
         return self.text, float(len(action)), False, False, {}
 
 
+class MisshapenEnv(CountingEnv):
+    """Steps with action 1 return an observation one element short of its space's shape."""
+
+    def step(self, action: int) -> Any:
+        obs, *rest = super().step(action)
+        return (obs[:1] if action == 1 else obs), *rest
+
+
 def wait_for_fifo(path: str, timeout: float) -> bool:
     """Block until a writer has written to the FIFO at ``path`` (True) or ``timeout`` passed."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # does not wait for a writer to open

@@ -1,4 +1,4 @@
-"""Copying batched observations out of the vector env's reusable buffer."""
+"""Copying batched observations out of the vector env's reusable buffer, and into it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["copy_observations", "read_row", "take_rows"]
+__all__ = ["copy_observations", "put_rows", "read_row", "take_rows"]
 
 
 def copy_observations(observations: Any) -> Any:
@@ -41,3 +41,16 @@ def read_row(views: Any, env_index: int) -> Any:
     if isinstance(views, dict):
         return {key: read_row(child, env_index) for key, child in views.items()}
     return tuple(read_row(child, env_index) for child in views)
+
+
+def put_rows(observations: Any, rows: Any, batch: Any, batch_rows: Any = None) -> None:
+    """Copy rows ``batch_rows`` (default: all) of ``batch``, a batch of the same tree shape,
+    into rows ``rows`` (a slice or an index array) of a (tree of) batched arrays."""
+    if isinstance(observations, np.ndarray):
+        observations[rows] = batch if batch_rows is None else batch[batch_rows]
+    elif isinstance(observations, dict):
+        for key, child in observations.items():
+            put_rows(child, rows, batch[key], batch_rows)
+    else:
+        for child, part in zip(observations, batch):
+            put_rows(child, rows, part, batch_rows)

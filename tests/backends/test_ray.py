@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import aiovec
-from aiovec.testing import CountingEnv
+from aiovec.testing import CountingEnv, Fault, FaultyEnv, InjectedFault
+from tests.envs import MisshapenEnv, TextEnv
 from tests.helpers import assert_identical
 from tests.leaks import wait_for_exit
 from tests.ray_runtime import RAY_ENVIRONMENT, TEST_RESOURCE, actor_pids
@@ -53,6 +54,72 @@ async def test_steps_match_sync_vector_env_with_several_envs_per_actor(no_leaks:
         actual = [await envs.reset(seed=7)] + [await envs.step(a) for a in actions]
         # Each sub-env's own value, from whichever actor hosts it (None after a reset).
         assert await envs.get_attr("steps_beyond_terminated") == expected_attribute
+    assert_identical(actual, expected)
+
+
+@pytest.mark.anyio
+async def test_a_failed_sub_env_does_not_cost_its_actor_neighbours_their_results(
+        no_leaks: None) -> None:
+    """Two sub-envs per actor; in one step sub-env 1 raises and sub-env 2's info cannot be
+    pickled (one on each actor): the error names both, each with the traceback from its actor,
+    and every other sub-env's result is in the partial result (the actors' step blocks)."""
+    faults = {1: [Fault("raise", "step", at=1)], 2: [Fault("unpicklable_info", "step", at=1)]}
+    factories = [functools.partial(FaultyEnv, index, faults=faults.get(index, ()))
+                 for index in range(4)]
+    async with aiovec.AsyncVectorEnv(factories, backend="ray", num_workers=2) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.full(4, 3.0))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.array([5.0, 6.0, 7.0, 8.0]))
+        assert caught.value.env_ids == (1, 2)
+        raised, unpicklable = caught.value.exceptions
+        assert isinstance(raised, aiovec.SubEnvError) and raised.env_id == 1
+        assert isinstance(raised.__cause__, InjectedFault)
+        assert "InjectedFault" in raised.remote_traceback
+        assert isinstance(unpicklable, aiovec.SubEnvError) and unpicklable.env_id == 2
+        assert isinstance(unpicklable.__cause__, aiovec.SerializationError)
+        assert "could not be pickled" in str(unpicklable)
+        obs, rewards, terminations, truncations, _ = caught.value.partial_result
+        # [episode step, last action]: the failed sub-envs keep their previous observation.
+        assert obs[:, :2].tolist() == [[2, 5], [1, 3], [1, 3], [2, 8]]
+        assert rewards.tolist() == [5, 0, 0, 8]
+        assert not terminations.any() and not truncations.any()
+        obs, _ = await envs.reset(seed=1, options={"reset_mask": np.array([0, 1, 1, 0], bool)})
+        obs, rewards, *_ = await envs.step(np.array([1.0, 2.0, 3.0, 4.0]))
+        assert obs[:, :2].tolist() == [[3, 1], [1, 2], [1, 3], [3, 4]]
+        assert rewards.tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.anyio
+async def test_an_observation_that_does_not_fit_its_space_fails_only_its_sub_env(
+        no_leaks: None) -> None:
+    """The actor cannot batch the step (one observation is short), so its replies come one by
+    one; the one that does not fit the batch arrays fails its sub-env, by name."""
+    async with aiovec.AsyncVectorEnv([MisshapenEnv] * 4, backend="ray", num_workers=2) as envs:
+        await envs.reset(seed=0)
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.array([0, 1, 0, 0]))
+        assert caught.value.env_ids == (1,)
+        assert isinstance(caught.value.exceptions[0].__cause__, ValueError)
+        obs, rewards, *_ = caught.value.partial_result
+        assert obs.tolist() == [[1, 1], [0, 1], [1, 1], [1, 1]]
+        assert rewards.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.anyio
+async def test_observations_that_do_not_batch_into_arrays_travel_one_by_one(
+        no_leaks: None) -> None:
+    reference = gym.vector.SyncVectorEnv([TextEnv] * 3)
+    actions = [("ab", "c", ""), ("x", "yy", "zzz"), ("", "", "q")]
+    try:
+        expected = [reference.reset(seed=0)] + [reference.step(a) for a in actions]
+    finally:
+        reference.close()
+    async with aiovec.AsyncVectorEnv([TextEnv] * 3, backend="ray", num_workers=2) as envs:
+        actual = [await envs.reset(seed=0)] + [await envs.step(a) for a in actions]
+        envs.send(("w",), env_ids=[1])
+        batch = await envs.recv()
+        assert batch.observations == ("wyycstar",)
     assert_identical(actual, expected)
 
 

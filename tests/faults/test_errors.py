@@ -108,16 +108,8 @@ async def test_unpicklable_observation(backend: str, no_leaks: None) -> None:
     async with aiovec.AsyncVectorEnv(faulty(2, faults=faults, backend=backend),
                                      backend=backend) as envs:
         await envs.reset()
-        if backend == "ray":  # observations travel pickled: a clear error for that sub-env
-            with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
-                await envs.step(np.ones(2))
-            assert isinstance(caught.value, aiovec.SerializationError)
-            assert caught.value.env_ids == (0,)
-            assert "could not be pickled" in str(caught.value.exceptions[0])
-            obs, *_ = caught.value.partial_result
-            assert obs[1, 0] == 1  # the other sub-env's result is kept
-            return
-        obs, *_ = await envs.step(np.ones(2))  # copied into the batch (shared memory): fine
+        # Copied into the batch (shared memory; on Ray, the actor's step block): fine.
+        obs, *_ = await envs.step(np.ones(2))
         assert obs[:, 0].tolist() == [1, 1]
 
 

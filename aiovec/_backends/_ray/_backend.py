@@ -6,6 +6,11 @@ Ray object refs; each ref's completion callback (Ray's own thread, the mechanism
 ``await ref``) hands the reply to the event loop with its thread-safe "call soon", on asyncio
 and trio alike, so the loop never blocks on Ray.
 
+Results are written in place when the observations batch into arrays (``attach`` returns
+``BatchBuffers``): an actor's ``StepBlock`` is copied into its rows of the batch arrays as it
+lands, in the loop's thread, and the core sees ``None`` for every sub-env with nothing else to
+report, as on the process backend. Actions of array spaces go out as one slice per actor.
+
 aiovec owns failures: actors are created with ``max_restarts=0`` and ``max_task_retries=0``
 (Ray's retries would re-run a step on a freshly restarted env). A dead actor, or the death of
 its node, fails what it owed with ``WorkerDiedError``; a sub-env that misses a deadline gets
@@ -30,15 +35,18 @@ import anyio.lowlevel
 import anyio.to_thread
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array
 from ray.exceptions import RayActorError
 
 from aiovec._backends._base import CountdownPending, split_into_shares, workers_within
-from aiovec._backends._ray._actor import EnvHost, StackedSteps, Tallied, unstack
+from aiovec._backends._ray._actor import EnvHost, StepBlock, Tallied
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
+from aiovec._core._observations import put_rows
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import VectorSpaces
@@ -59,6 +67,8 @@ _DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1}
 #: Spaces whose batches are plain arrays: an actor's share of a step is one slice of them.
 _ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                  gym.spaces.MultiBinary)
+#: What a ref's future resolves to.
+_Answer = list[Any] | StepBlock | Tallied
 
 _RemoteEnvHost: Any = ray.remote(EnvHost)
 
@@ -81,7 +91,7 @@ class _RayPending(CountdownPending):
     """Replies to one request, one batched reply per actor, settled in the loop's thread:
     what it counts down is actors."""
 
-    __slots__ = ("_backend", "_owing")
+    __slots__ = ("_backend", "_owing", "whole")
 
     def __init__(self, backend: RayBackend, op: Op, env_indices: Sequence[int],
                  arrivals: Arrivals | None) -> None:
@@ -89,6 +99,8 @@ class _RayPending(CountdownPending):
         self._backend = backend
         #: The positions (in this request) of the sub-envs each actor still owes.
         self._owing: dict[_Actor, Sequence[int]] = {}
+        #: True when the request addresses every sub-env in order (position = env index).
+        self.whole = self.env_indices == backend.every_env
 
     def expect(self, actor: _Actor, positions: Sequence[int], reference: Any) -> None:
         self._owing[actor] = positions
@@ -97,18 +109,23 @@ class _RayPending(CountdownPending):
         wake = self._backend.wake
         reference.future().add_done_callback(functools.partial(_completed, wake, self, actor))
 
-    def settle(self, actor: _Actor, future: Future[list[Any] | StackedSteps | Tallied]) -> None:
+    def settle(self, actor: _Actor, future: Future[_Answer]) -> None:
         """The actor's call ended (runs in the loop's thread)."""
         positions = self._owing.get(actor)
         if positions is None:  # failed already: its actor was discarded or died
             return
         try:
-            answer = future.result()
+            answer: Any = future.result()
             if type(answer) is Tallied:
                 answer, (ended, run, failed) = answer
                 self._backend.descendants_reaped += ended
                 self._backend.cleanups.add(run, failed)
-            replies = unstack(answer) if type(answer) is StackedSteps else answer
+            if type(answer) is StepBlock:
+                replies = self._place_block(positions, answer)
+            elif self._backend.buffers is not None and self.op in _PLACED_OPS:
+                replies = self._place_each(positions, answer)
+            else:
+                replies = answer
         except RayActorError as error:
             self._backend.actor_died(actor, error)  # fails this request and all it owed
             return
@@ -117,6 +134,70 @@ class _RayPending(CountdownPending):
                                f"{type(error).__name__}: {error}", str(error))
                        for position in positions]
         self._store(actor, positions, replies)
+
+    def _rows(self, positions: Sequence[int]) -> slice | np.ndarray[Any, np.dtype[np.intp]]:
+        """The batch rows of the sub-envs at ``positions``."""
+        if self.whole and type(positions) is range:
+            return slice(positions.start, positions.stop)
+        env_indices = self.env_indices
+        return np.array([env_indices[position] for position in positions], dtype=np.intp)
+
+    def _place_block(self, positions: Sequence[int], block: StepBlock) -> list[Any]:
+        """Copy an actor's block into the batch arrays → the core's replies: ``None``, or
+        ``(info, final)``, or a ``Failure`` (whose row keeps its previous observation)."""
+        observations, rewards, terminations, truncations, extras = block
+        replies: list[Any] = [None] * len(positions)
+        failed = []
+        for row, reply in extras:
+            replies[row] = reply
+            if type(reply) is Failure:
+                failed.append(row)
+        rows = self._rows(positions)
+        if failed:
+            kept = np.setdiff1d(np.arange(len(positions)), failed)
+            rows = np.arange(self._backend.num_envs)[rows][kept]
+            observations = _rows_of(observations, kept)
+            rewards, terminations, truncations = (
+                rewards[kept], terminations[kept], truncations[kept])
+        buffers = self._backend.buffers
+        assert buffers is not None
+        put_rows(buffers.observations, rows, observations)
+        buffers.rewards[rows] = rewards
+        buffers.terminations[rows] = terminations
+        buffers.truncations[rows] = truncations
+        return replies
+
+    def _place_each(self, positions: Sequence[int], replies: Sequence[Any]) -> list[Any]:
+        """Replies that came one by one, written in place as a block's would be: a step's →
+        ``None`` or ``(info, final)``; a reset's → ``(info, seed)``. Each observation is
+        concatenated into its row as the core would batch it; one that does not fit fails its
+        sub-env."""
+        backend = self._backend
+        buffers, space = backend.buffers, backend.batched_space
+        assert buffers is not None
+        assert space is not None
+        placed: list[Any] = []
+        for position, reply in zip(positions, replies):
+            env_index = self.env_indices[position]
+            if type(reply) is not tuple:  # a Failure
+                placed.append(reply)
+                continue
+            row = _rows_of(buffers.observations, slice(env_index, env_index + 1))  # views
+            try:
+                if self.op is Op.RESET:
+                    observation, info, seed = reply
+                    concatenate(space, [observation], row)
+                    placed.append((info, seed))
+                    continue
+                observation, reward, terminated, truncated, info, final = reply
+                concatenate(space, [observation], row)
+                buffers.rewards[env_index] = reward
+                buffers.terminations[env_index] = terminated
+                buffers.truncations[env_index] = truncated
+                placed.append((info, final) if info or final is not None else None)
+            except Exception as error:
+                placed.append(Failure.capture(env_index, self.op.value, error))
+        return placed
 
     def fail(self, actor: _Actor, positions: Sequence[int], reason: WorkerDiedError) -> None:
         """The actor will never answer for ``positions`` (closing a dead actor is a no-op)."""
@@ -135,8 +216,11 @@ class _RayPending(CountdownPending):
     def _store(self, actor: _Actor, positions: Sequence[int], replies: Sequence[Any]) -> None:
         expected = self._owing.pop(actor, None) is not None
         actor.outstanding.discard(self)
-        for position, reply in zip(positions, replies):
-            self.replies[position] = reply
+        if type(positions) is range and positions.step == 1 and len(replies) == len(positions):
+            self.replies[positions.start:positions.stop] = replies
+        else:
+            for position, reply in zip(positions, replies):
+                self.replies[position] = reply
         if self.arrivals is not None:
             for position in positions:
                 self.arrivals.land(self, position)
@@ -144,8 +228,21 @@ class _RayPending(CountdownPending):
             self.paid()
 
 
+#: Requests whose replies are written in place once ``attach`` returned buffers.
+_PLACED_OPS = (Op.STEP, Op.RESET)
+
+
+def _rows_of(batch: Any, rows: Any) -> Any:
+    """Rows ``rows`` of a (tree of) batched arrays."""
+    if isinstance(batch, np.ndarray):
+        return batch[rows]
+    if isinstance(batch, dict):
+        return {key: _rows_of(child, rows) for key, child in batch.items()}
+    return tuple(_rows_of(child, rows) for child in batch)
+
+
 def _completed(wake: ThreadsafeCaller, pending: _RayPending, actor: _Actor,
-               future: Future[list[Any] | StackedSteps | Tallied]) -> None:
+               future: Future[_Answer]) -> None:
     """A ref's completion callback (Ray's thread): settle it in the event loop's thread."""
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
         wake(functools.partial(pending.settle, actor, future))
@@ -184,8 +281,12 @@ class RayBackend(Backend):
         self._blobs: list[bytes] = []
         #: Each actor's share of a request to every sub-env: (actor index, positions).
         self._every_share: list[tuple[int, range]] = []
-        self._every_env: tuple[int, ...] = tuple(range(self.num_envs))
+        self.every_env: tuple[int, ...] = tuple(range(self.num_envs))
         self.wake: ThreadsafeCaller
+        #: The vector env's single observation space once ``attach`` found that it batches
+        #: into arrays (actors then answer steps with a ``StepBlock``), and those arrays.
+        self.batched_space: gym.Space[Any] | None = None
+        self.buffers: BatchBuffers | None = None
 
     # ------------------------------------------------------------------ start-up
 
@@ -205,7 +306,7 @@ class RayBackend(Backend):
         self._every_share = list(enumerate(shares))
         self._actor_of = [index for index, share in enumerate(shares) for _ in share]
         self._actors = [self._create_actor(index, share) for index, share in enumerate(shares)]
-        return self.submit(Op.MAKE, self._every_env, [None] * self.num_envs)
+        return self.submit(Op.MAKE, self.every_env, [None] * self.num_envs)
 
     def _create_actor(self, index: int, share: range) -> _Actor:
         options = self._actor_options
@@ -213,24 +314,50 @@ class RayBackend(Backend):
         handle = _RemoteEnvHost.options(
             **{**_DEFAULT_ACTOR_OPTIONS, **chosen},
             max_restarts=0, max_task_retries=0, max_concurrency=1,
-        ).remote(self.autoreset_mode.value, self._blobs[index])
+        ).remote(self.autoreset_mode.value, self._blobs[index], share, self.batched_space)
         return _Actor(index, share, handle)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
         # Array actions travel as one slice per actor; others as one value per sub-env.
         self.takes_action_batches = isinstance(spaces.single_action_space, _ARRAY_SPACES)
-        return None
+        space = spaces.single_observation_space
+        if not _batches_into_arrays(space):
+            return None  # replies stay one per sub-env; the core batches them
+        pending = _RayPending(self, Op.MAKE, self.every_env, None)
+        for actor_index, positions in self._every_share:
+            actor = self._actors[actor_index]
+            if actor.alive:
+                pending.expect(actor, positions, actor.handle.attach.remote(space))
+            else:
+                assert actor.death is not None
+                pending.fail(actor, positions, actor.death)
+        await pending.wait()
+        failures = pending.failures()
+        if failures:
+            raise WorkerDiedError(failures[0].description,
+                                  [failure.env_index for failure in failures], None)
+        self.batched_space = space  # for the actors of later restarts
+        n = self.num_envs
+        self.buffers = BatchBuffers(create_empty_array(space, n, np.zeros),
+                                    np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_),
+                                    np.zeros(n, dtype=np.bool_))
+        return self.buffers
 
     # ------------------------------------------------------------------ requests
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
                arrivals: Arrivals | None = None) -> Pending:
         pending = _RayPending(self, op, env_indices, arrivals)
-        for actor_index, positions in self._shares(pending.env_indices):
+        shares = self._every_share if pending.whole else self._shares(pending.env_indices)
+        for actor_index, positions in shares:
             actor = self._actors[actor_index]
             if not actor.alive:
                 assert actor.death is not None
                 pending.fail(actor, positions, actor.death)
+                continue
+            if op is Op.STEP and pending.whole:  # the actor's whole share, in order
+                reference = actor.handle.step.remote(None, self._actions(payloads, positions))
+                pending.expect(actor, positions, reference)
                 continue
             hosted = [pending.env_indices[position] for position in positions]
             if op is Op.STEP:
@@ -244,9 +371,7 @@ class RayBackend(Backend):
         return pending
 
     def _shares(self, env_indices: tuple[int, ...]) -> list[tuple[int, Sequence[int]]]:
-        """Which actor hosts which positions of a request."""
-        if env_indices == self._every_env:
-            return list(self._every_share)
+        """Which actor hosts which positions of a request (not addressing every sub-env)."""
         shares: dict[int, list[int]] = {}
         for position, env_index in enumerate(env_indices):
             shares.setdefault(self._actor_of[env_index], []).append(position)
@@ -381,6 +506,15 @@ def _check_actor_options(options: ActorOptions | None,
             if key in entry:
                 raise ValueError(f"actor_options may not set {key!r}: {reason}")
     return chosen
+
+
+def _batches_into_arrays(space: gym.Space[Any]) -> bool:
+    """True when the space's batches are (trees of) plain arrays that rows can be copied into."""
+    if isinstance(space, gym.spaces.Dict):
+        return all(_batches_into_arrays(child) for child in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return all(_batches_into_arrays(child) for child in space.spaces)
+    return isinstance(space, _ARRAY_SPACES)
 
 
 def _kill(actor: _Actor) -> None:
