@@ -41,7 +41,7 @@ from aiovec._core._spaces import (
     check_observation_mode,
     resolve_spaces,
 )
-from aiovec._core._statistics import Counters, LatencySummary, Statistics
+from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import (
     BusyError,
     NothingSentError,
@@ -164,6 +164,7 @@ class AsyncVectorEnv(Engine):
         self._render_mode: str | None = None
         self._spaces: VectorSpaces | None = None
         self._counters = Counters()
+        self._step_counts = StepCounts(self.num_envs)
         self._health = Health(self.num_envs)
         self._recovery = Recovery(backend_instance, RestartPolicy.coerce(restart),
                                   self.num_envs, self._counters, self._health)
@@ -312,11 +313,12 @@ class AsyncVectorEnv(Engine):
         )
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
-        latencies = self._backend.latencies
-        if latencies is None:
+        latencies, counts = self._backend.latencies, self._step_counts
+        if latencies is None:  # not started yet, or a backend that does not time steps (Ray)
             nan = math.nan
-            return (LatencySummary(0, nan, nan, nan),) * self.num_envs
-        return tuple(latencies.summary(index) for index in range(self.num_envs))
+            return tuple(LatencySummary(counts[index], nan, nan, nan)
+                         for index in range(self.num_envs))
+        return tuple(latencies.summary(index, counts[index]) for index in range(self.num_envs))
 
     @property
     def unusable_envs(self) -> tuple[int, ...]:
