@@ -67,8 +67,8 @@ class LatencySummary:
     before its first timed step, and on the Ray backend, which does not time steps.
 
     ``count`` is exact: every step the sub-env answered (returned, or raised), autoreset
-    steps included; a step it never answered (it missed the deadline, or its worker died)
-    is not counted.
+    and first-ready (``recv``) steps included; a step it never answered (it missed the
+    deadline, or its worker died) is not counted.
     """
 
     count: int
@@ -89,7 +89,8 @@ class Statistics:
     ``descendants_reaped`` counts processes the sub-envs had started that aiovec ended when
     their sub-env closed, restarted or died (process backend, Linux); ``cleanups_run`` and
     ``cleanups_failed`` count the sub-envs' registered cleanups (``aiovec.register_cleanup``)
-    that completed, and that raised or overran their bound.
+    that completed, and that raised or overran their bound; ``step_latency`` has one
+    ``LatencySummary`` per sub-env (an exact step count, sampled durations).
     """
 
     steps: int

@@ -297,7 +297,8 @@ class AsyncVectorEnv(Engine):
     # ------------------------------------------------------------------ observability
 
     def statistics(self) -> Statistics:
-        """Counters since creation and each sub-env's recent step latency (cheap: no I/O)."""
+        """Counters since creation, and each sub-env's exact step count and sampled recent
+        step latency (``LatencySummary`` says how); cheap: no I/O."""
         counters = self._counters
         return Statistics(
             steps=counters.steps,
@@ -315,8 +316,7 @@ class AsyncVectorEnv(Engine):
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
         latencies, counts = self._backend.latencies, self._step_counts
         if latencies is None:  # not started yet, or a backend that does not time steps (Ray)
-            nan = math.nan
-            return tuple(LatencySummary(counts[index], nan, nan, nan)
+            return tuple(LatencySummary(counts[index], math.nan, math.nan, math.nan)
                          for index in range(self.num_envs))
         return tuple(latencies.summary(index, counts[index]) for index in range(self.num_envs))
 
