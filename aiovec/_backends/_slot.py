@@ -79,8 +79,11 @@ class EnvSlot:
 
     def _live_env(self) -> gym.Env[Any, Any]:
         if self.env is None:
-            raise RuntimeError(f"sub-env {self.env_index} is not running")
+            raise self._not_running()
         return self.env
+
+    def _not_running(self) -> RuntimeError:
+        return RuntimeError(f"sub-env {self.env_index} is not running")
 
     def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> ResetOutcome:
         seed, options = request
@@ -90,31 +93,40 @@ class EnvSlot:
         return obs, info, env.np_random_seed
 
     def _step(self, action: Any) -> StepOutcome:
+        """Step with autoreset (the hot path: written out, no helper calls); the sampled steps
+        go through ``_timed_step``."""
         untimed_steps = self.untimed_steps
-        if untimed_steps:  # most steps: sampling costs this countdown only
-            self.untimed_steps = untimed_steps - 1
-            return self._step_untimed(action)
-        timer = self.step_timer
-        if timer is None:
-            self.untimed_steps = SAMPLE_EVERY  # look again later: a timer may be given
-            return self._step_untimed(action)
-        started = time.perf_counter()
-        try:
-            return self._step_untimed(action)
-        finally:
-            self.untimed_steps = timer(started)
-
-    def _step_untimed(self, action: Any) -> StepOutcome:
-        env = self._live_env()
-        if self.autoreset.reset_instead_of_step():
+        if not untimed_steps:
+            return self._timed_step(action)
+        self.untimed_steps = untimed_steps - 1
+        env = self.env
+        if env is None:
+            raise self._not_running()
+        autoreset = self.autoreset
+        if autoreset.pending and autoreset.reset_instead_of_step():
             obs, info = env.reset()
             return obs, 0.0, False, False, info, None
         obs, reward, terminated, truncated, info = env.step(action)
-        if self.autoreset.reset_now(terminated, truncated):
+        if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
             final = {"final_obs": obs, "final_info": info}
             obs, info = env.reset()
             return obs, reward, terminated, truncated, info, final
         return obs, reward, terminated, truncated, info, None
+
+    def _timed_step(self, action: Any) -> StepOutcome:
+        """``_step``, timed by ``step_timer``, which says how many steps to leave untimed next
+        (without a timer: look again in ``SAMPLE_EVERY`` steps, one may be given)."""
+        timer = self.step_timer
+        self.untimed_steps = 1  # so that ``_step`` below runs the step itself
+        if timer is None:
+            result = self._step(action)
+            self.untimed_steps = SAMPLE_EVERY
+            return result
+        started = time.perf_counter()
+        try:
+            return self._step(action)
+        finally:
+            self.untimed_steps = timer(started)
 
     def _call(self, request: CallRequest | None) -> Any:
         if request is None:  # a call aimed at other sub-envs
