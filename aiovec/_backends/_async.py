@@ -46,15 +46,17 @@ class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
     __slots__ = ("autoreset", "busy", "cleanups", "discarded", "env", "env_index", "jobs",
-                 "running", "step_timer", "task")
+                 "running", "step_timer", "task", "untimed_steps")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
-                 step_timer: Callable[[float], None], cleanups: CleanupTally) -> None:
+                 step_timer: Callable[[float], int], cleanups: CleanupTally) -> None:
         self.env_index = env_index
         self.cleanups = cleanups
         self.autoreset = Autoreset(autoreset_mode)
         self.env: Any = None
+        #: Times sampled steps as ``EnvSlot.step_timer`` does; steps before the next timed one.
         self.step_timer = step_timer
+        self.untimed_steps = 0
         #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
         self.jobs: collections.deque[_Job] = collections.deque()
         self.busy = False
@@ -93,8 +95,14 @@ class _AsyncSlot:
         return obs, info, getattr(env, "np_random_seed", None)
 
     async def step(self, action: Any) -> Any:
-        """Step with autoreset (the hot path: called straight from the request's task)."""
-        started = time.perf_counter()
+        """Step with autoreset (the hot path: called straight from the request's task); the
+        sampled steps timed as ``EnvSlot`` times them."""
+        untimed_steps = self.untimed_steps
+        started: float | None = None
+        if untimed_steps:
+            self.untimed_steps = untimed_steps - 1
+        else:
+            started = time.perf_counter()
         try:
             env = self._live_env()
             if self.autoreset.reset_instead_of_step():
@@ -107,7 +115,8 @@ class _AsyncSlot:
                 return obs, reward, terminated, truncated, info, final
             return obs, reward, terminated, truncated, info, None
         finally:
-            self.step_timer(started)
+            if started is not None:
+                self.untimed_steps = self.step_timer(started)
 
     async def _call(self, request: CallRequest | None) -> Any:
         if request is None:  # a call aimed at other sub-envs

@@ -2,7 +2,8 @@
 
 Every backend (the event loop's thread, a dedicated thread, a worker process) hosts its
 sub-envs in ``EnvSlot`` objects and feeds them ``Op`` requests through ``EnvSlot.run``, so
-autoreset and failure capture are written once. ``run`` never raises for an ``Exception``
+autoreset, failure capture and step timing (sampled: ``_statistics.StepTimer``) are written
+once. ``run`` never raises for an ``Exception``
 in the sub-env: it returns a ``Failure`` that the caller turns into ``SubEnvError``.
 """
 
@@ -27,6 +28,7 @@ from aiovec._core._requests import (
     ResetOutcome,
     StepOutcome,
 )
+from aiovec._core._statistics import SAMPLE_EVERY
 
 __all__ = ["EnvSlot"]
 
@@ -34,18 +36,22 @@ __all__ = ["EnvSlot"]
 class EnvSlot:
     """Hosts sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset", "cleanups", "env", "env_index", "step_timer")
+    __slots__ = ("autoreset", "cleanups", "env", "env_index", "step_timer", "untimed_steps")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
-                 step_timer: Callable[[float], None] | None = None,
+                 step_timer: Callable[[float], int] | None = None,
                  cleanups: CleanupTally | None = None) -> None:
         self.env_index = env_index
         #: Where the sub-env's registered cleanups are counted (see ``_cleanups``).
         self.cleanups = cleanups or CleanupTally()
         self.autoreset = Autoreset(autoreset_mode)
         self.env: gym.Env[Any, Any] | None = None
-        #: Called with the step's start time (``time.perf_counter``) after each step.
+        #: Records a timed step (called with its start, ``time.perf_counter``, after it) and
+        #: says how many steps to leave untimed next (``_statistics.StepTimer``); ``None``:
+        #: steps are not timed.
         self.step_timer = step_timer
+        #: Steps to run before the next timed one.
+        self.untimed_steps = 0
 
     def run(self, op: Op, payload: Any) -> Any:
         """Serve one request; a sub-env exception comes back as a ``Failure``."""
@@ -73,8 +79,11 @@ class EnvSlot:
 
     def _live_env(self) -> gym.Env[Any, Any]:
         if self.env is None:
-            raise RuntimeError(f"sub-env {self.env_index} is not running")
+            raise self._not_running()
         return self.env
+
+    def _not_running(self) -> RuntimeError:
+        return RuntimeError(f"sub-env {self.env_index} is not running")
 
     def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> ResetOutcome:
         seed, options = request
@@ -84,25 +93,40 @@ class EnvSlot:
         return obs, info, env.np_random_seed
 
     def _step(self, action: Any) -> StepOutcome:
-        if self.step_timer is None:
-            return self._step_untimed(action)
-        started = time.perf_counter()
-        try:
-            return self._step_untimed(action)
-        finally:
-            self.step_timer(started)
-
-    def _step_untimed(self, action: Any) -> StepOutcome:
-        env = self._live_env()
-        if self.autoreset.reset_instead_of_step():
+        """Step with autoreset (the hot path: written out, no helper calls); the sampled steps
+        go through ``_timed_step``."""
+        untimed_steps = self.untimed_steps
+        if not untimed_steps:
+            return self._timed_step(action)
+        self.untimed_steps = untimed_steps - 1
+        env = self.env
+        if env is None:
+            raise self._not_running()
+        autoreset = self.autoreset
+        if autoreset.pending and autoreset.reset_instead_of_step():
             obs, info = env.reset()
             return obs, 0.0, False, False, info, None
         obs, reward, terminated, truncated, info = env.step(action)
-        if self.autoreset.reset_now(terminated, truncated):
+        if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
             final = {"final_obs": obs, "final_info": info}
             obs, info = env.reset()
             return obs, reward, terminated, truncated, info, final
         return obs, reward, terminated, truncated, info, None
+
+    def _timed_step(self, action: Any) -> StepOutcome:
+        """``_step``, timed by ``step_timer``, which says how many steps to leave untimed next
+        (without a timer: look again in ``SAMPLE_EVERY`` steps, one may be given)."""
+        timer = self.step_timer
+        self.untimed_steps = 1  # so that ``_step`` below runs the step itself
+        if timer is None:
+            result = self._step(action)
+            self.untimed_steps = SAMPLE_EVERY
+            return result
+        started = time.perf_counter()
+        try:
+            return self._step(action)
+        finally:
+            self.untimed_steps = timer(started)
 
     def _call(self, request: CallRequest | None) -> Any:
         if request is None:  # a call aimed at other sub-envs

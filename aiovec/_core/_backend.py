@@ -141,7 +141,8 @@ class Backend(abc.ABC):
     in_process: ClassVar[bool]
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
-    #: Each sub-env's recent step durations, once started.
+    #: Each sub-env's sampled step durations, once started; ``None`` on a backend whose
+    #: hosts the parent cannot read from (Ray: its summaries then have counts only).
     latencies: LatencyLog | None = None
     #: True once closing began: no request reaches a sub-env, no restart starts a host.
     closing: bool = False

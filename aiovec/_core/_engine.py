@@ -47,7 +47,7 @@ from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import BatchResults, Restarts
 from aiovec._core._spaces import VectorSpaces
-from aiovec._core._statistics import Counters
+from aiovec._core._statistics import Counters, StepCounts
 from aiovec._exceptions import (
     BusyError,
     ClosedError,
@@ -81,6 +81,7 @@ class Engine:
     _state: State
     _in_flight: InFlight | None
     _counters: Counters
+    _step_counts: StepCounts
     _health: Health
     _recovery: Recovery
     _results: BatchResults
@@ -195,6 +196,10 @@ class Engine:
     async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
         try:
             replies, broken = await self._gather(in_flight, timeout)
+            if broken:
+                self._step_counts.add_answered(in_flight.env_indices, replies)
+            else:
+                self._step_counts.add_all()
             restarted = None
             if broken and self._restart_policy is not None:
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
@@ -220,7 +225,7 @@ class Engine:
             if broken:
                 self._fail("step", in_flight, broken, result)
             self._counters.steps += 1
-            self._recovery.env_steps += 1
+            self._recovery.env_steps.add_all()
             return result
         finally:
             self._release(in_flight)
@@ -263,6 +268,7 @@ class Engine:
         replies = [first.ready[env_index] for env_index in env_ids]
         broken = {env_index: reply.description for env_index, reply in zip(env_ids, replies)
                   if type(reply) is Failure}
+        answered_all = not broken
         self._counters.errors += len(broken)
         restarted: dict[int, tuple[Any, str]] = {
             env_index: reply for env_index, reply in zip(env_ids, replies)
@@ -290,6 +296,10 @@ class Engine:
                                  if env_index in batch_ids)
                 broken = {}
         # No await from here on: the results leave `ready` only with the finished batch.
+        if answered_all:
+            self._step_counts.add(env_ids)
+        else:
+            self._step_counts.add_answered(env_ids, replies)
         batch = self._results.batch(env_ids, replies, broken, restarted, previous,
                                     self._restart_notes)
         first.forget(env_ids)
@@ -311,7 +321,7 @@ class Engine:
             error.partial_result = batch
             raise error
         self._counters.steps += 1
-        self._recovery.env_steps[batch.env_ids] += 1
+        self._recovery.env_steps.add(env_ids)
         return batch
 
     def _settle_restart_extras(self, first: FirstReady, outcome: dict[int, tuple[Any, str]],

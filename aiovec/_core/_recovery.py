@@ -16,7 +16,7 @@ from aiovec._core._in_flight import START_TIMEOUT
 from aiovec._core._requests import Failure, Op, Remade
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import Restarts
-from aiovec._core._statistics import Counters
+from aiovec._core._statistics import Counters, StepCounts
 
 __all__ = ["Recovery"]
 
@@ -41,8 +41,9 @@ class Recovery:
         self._restart_counts = np.zeros(num_envs, dtype=np.int64)
         self._consecutive_restarts = np.zeros(num_envs, dtype=np.int64)
         self._last_restart_at = np.full(num_envs, -2, dtype=np.int64)
-        #: Steps each sub-env returned (``step`` and ``recv``), to tell restarts in a row.
-        self.env_steps = np.zeros(num_envs, dtype=np.int64)
+        #: Steps each sub-env returned (``step`` and ``recv`` calls that returned), to tell
+        #: restarts in a row.
+        self.env_steps = StepCounts(num_envs)
 
     def make_deadline(self) -> float | None:
         """How long making sub-envs may take: the policy's ``make_timeout``, else
@@ -131,7 +132,7 @@ class Recovery:
     def _count_restart(self, env_index: int) -> int:
         """Count one restart of ``env_index`` → how many it has had in a row, no step of its
         own between."""
-        steps = int(self.env_steps[env_index])
+        steps = self.env_steps[env_index]
         if steps - self._last_restart_at[env_index] <= 1:
             self._consecutive_restarts[env_index] += 1
         else:

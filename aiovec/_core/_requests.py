@@ -45,6 +45,10 @@ class Op(enum.Enum):
     SET_ATTR = "set_attr"
     CLOSE = "close"
 
+    # Members are singletons: hash them by identity, in C. Enum's own ``__hash__`` is a
+    # Python call, paid on every dict lookup by op (a host dispatches each sub-env step so).
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True)
 class EnvDescription:

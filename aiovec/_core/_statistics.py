@@ -1,23 +1,51 @@
-"""What ``AsyncVectorEnv.statistics()`` reports, and the per-sub-env step-latency log behind it.
+"""What ``AsyncVectorEnv.statistics()`` reports, and the per-sub-env step counts and latency
+samples behind it.
 
-Each sub-env's step durations are measured where the sub-env runs (its thread, its worker
-process) and kept in a small ring per sub-env: for worker processes the ring lives in the
-shared memory block, so reading statistics never asks a worker anything.
+Both are kept off the hot path. Step counts are kept by the engine per call, not per
+sub-env (``StepCounts``: a full vector step adds one to a tally every sub-env shares). Step
+durations are sampled where the sub-env runs (its thread, its worker process): each sub-env
+times about one step in ``SAMPLE_EVERY``, at pseudo-random gaps so that a sub-env slow on a
+regular beat (every episode's reset, say) cannot fall between samples, and an untimed step
+costs one counter decrement. The samples go into a small ring per sub-env; for worker
+processes the ring lives in the shared memory block, so reading statistics never asks a
+worker anything.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RING_SIZE", "Counters", "LatencyLog", "LatencySummary", "Statistics"]
+from aiovec._core._requests import NO_REPLY, Failure
+from aiovec._exceptions import EnvTimeoutError, WorkerDiedError
 
-#: How many of its most recent steps each sub-env's latency summary covers.
+__all__ = ["RING_SIZE", "SAMPLE_EVERY", "Counters", "LatencyLog", "LatencySummary",
+           "Statistics", "StepCounts", "StepTimer"]
+
+#: How many timed steps each sub-env's latency summary covers (its most recent ones).
 RING_SIZE = 256
+#: Each sub-env times one step in this many, on average.
+SAMPLE_EVERY = 16
+
+
+def _shuffled_gaps(rounds: int = 8) -> tuple[int, ...]:
+    """Untimed steps between two timed ones: each of 0 to ``2 * (SAMPLE_EVERY - 1)`` once
+    per round (so one step in ``SAMPLE_EVERY`` is timed), each round in its own order.
+    Shuffled by a private generator: timing never draws on the ``random`` module users seed.
+    """
+    generator = random.Random(19)
+    gaps = list(range(2 * SAMPLE_EVERY - 1))
+    return tuple(gap for _ in range(rounds) for gap in generator.sample(gaps, len(gaps)))
+
+
+#: The gaps every sub-env goes through, each entering the sequence at its own index.
+_GAPS = _shuffled_gaps()
 
 
 @dataclass
@@ -33,8 +61,15 @@ class Counters:
 
 @dataclass(frozen=True)
 class LatencySummary:
-    """One sub-env's step latency in seconds, over its last ``RING_SIZE`` steps (``nan``
-    before its first step); ``count`` is every step it has taken."""
+    """One sub-env's step latency in seconds: ``mean``, ``p50`` and ``p99`` of its recent
+    steps, sampled (each sub-env times about one step in 16, at irregular gaps, and the
+    summary covers its last 256 timed steps, so roughly its last 4,000 steps); ``nan``
+    before its first timed step, and on the Ray backend, which does not time steps.
+
+    ``count`` is exact: every step the sub-env answered (returned, or raised), autoreset
+    and first-ready (``recv``) steps included; a step it never answered (it missed the
+    deadline, or its worker died) is not counted.
+    """
 
     count: int
     mean: float
@@ -54,7 +89,8 @@ class Statistics:
     ``descendants_reaped`` counts processes the sub-envs had started that aiovec ended when
     their sub-env closed, restarted or died (process backend, Linux); ``cleanups_run`` and
     ``cleanups_failed`` count the sub-envs' registered cleanups (``aiovec.register_cleanup``)
-    that completed, and that raised or overran their bound.
+    that completed, and that raised or overran their bound; ``step_latency`` has one
+    ``LatencySummary`` per sub-env (an exact step count, sampled durations).
     """
 
     steps: int
@@ -69,21 +105,62 @@ class Statistics:
     cleanups_failed: int = 0
 
 
-class LatencyLog:
-    """Rings of recent step durations, one per sub-env, over two arrays it does not own.
+class StepCounts:
+    """How many steps each sub-env answered, kept per call rather than per sub-env: a vector
+    step that every sub-env answered adds one to a tally they all share, and only a partial
+    batch (first-ready, or a step some sub-env never answered) counts sub-env by sub-env."""
 
-    ``durations`` has shape ``(num_envs, RING_SIZE)`` (float64) and ``counts`` ``(num_envs,)``
-    (int64); they may be shared memory written by worker processes.
+    __slots__ = ("_each", "_everyone")
+
+    def __init__(self, num_envs: int) -> None:
+        self._everyone = 0
+        self._each = [0] * num_envs
+
+    def add_all(self) -> None:
+        """Every sub-env answered one more step."""
+        self._everyone += 1
+
+    def add(self, env_indices: Iterable[int]) -> None:
+        """Each of ``env_indices`` answered one more step."""
+        each = self._each
+        for env_index in env_indices:
+            each[env_index] += 1
+
+    def add_answered(self, env_indices: Sequence[int], replies: Sequence[Any]) -> None:
+        """Count the sub-envs of a step whose reply came from the sub-env itself."""
+        self.add(env_index for env_index, reply in zip(env_indices, replies)
+                 if _answered(reply))
+
+    def __getitem__(self, env_index: int) -> int:
+        return self._everyone + self._each[env_index]
+
+
+def _answered(reply: Any) -> bool:
+    """False for a step the sub-env never answered: no reply (it missed the deadline), a
+    deadline given up on, a host that died or that it no longer has."""
+    if type(reply) is not Failure:
+        return reply is not NO_REPLY
+    exception = reply.exception
+    return exception is not None and not isinstance(exception,
+                                                    (EnvTimeoutError, WorkerDiedError))
+
+
+class LatencyLog:
+    """Rings of sampled step durations, one per sub-env, over two arrays it does not own.
+
+    ``durations`` has shape ``(num_envs, RING_SIZE)`` (float64) and ``samples``
+    ``(num_envs,)`` (int64, how many durations each sub-env has recorded); they may be shared
+    memory written by worker processes.
     """
 
-    __slots__ = ("_counts", "_durations", "counts", "durations")
+    __slots__ = ("_durations", "_samples", "durations", "samples")
 
-    def __init__(self, durations: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]) -> None:
+    def __init__(self, durations: np.ndarray[Any, Any], samples: np.ndarray[Any, Any]) -> None:
         self.durations = durations
-        self.counts = counts
+        self.samples = samples
         # Item access on flat memoryviews is several times cheaper than on numpy arrays.
         self._durations: Any = durations.reshape(-1).data
-        self._counts: Any = counts.data
+        self._samples: Any = samples.data
 
     @classmethod
     def allocate(cls, num_envs: int) -> LatencyLog:
@@ -91,14 +168,15 @@ class LatencyLog:
         return cls(np.zeros((num_envs, RING_SIZE)), np.zeros(num_envs, dtype=np.int64))
 
     def timer(self, env_index: int) -> StepTimer:
-        """The recorder a sub-env's host calls around each step."""
+        """The recorder a sub-env's host calls around each timed step."""
         return StepTimer(self, env_index)
 
-    def summary(self, env_index: int) -> LatencySummary:
-        count = int(self.counts[env_index])
-        if not count:
-            return LatencySummary(0, math.nan, math.nan, math.nan)
-        recent = self.durations[env_index, : min(count, RING_SIZE)]
+    def summary(self, env_index: int, count: int) -> LatencySummary:
+        """Sub-env ``env_index``'s summary, ``count`` being how many steps it answered."""
+        samples = int(self.samples[env_index])
+        if not samples:
+            return LatencySummary(count, math.nan, math.nan, math.nan)
+        recent = self.durations[env_index, : min(samples, RING_SIZE)]
         p50, p99 = np.percentile(recent, [50, 99])
         return LatencySummary(count, float(recent.mean()), float(p50), float(p99))
 
@@ -106,15 +184,27 @@ class LatencyLog:
         """Drop the views, so shared memory under them can be unmapped (the log reads as
         empty afterwards)."""
         self._durations.release()
-        self._counts.release()
-        self.durations = np.zeros((len(self.counts), RING_SIZE))
-        self.counts = np.zeros(len(self.counts), dtype=np.int64)
+        self._samples.release()
+        self.durations = np.zeros((len(self.samples), RING_SIZE))
+        self.samples = np.zeros(len(self.samples), dtype=np.int64)
         self._durations = self.durations.reshape(-1).data
-        self._counts = self.counts.data
+        self._samples = self.samples.data
 
 
 class StepTimer:
-    """Times one sub-env's steps into a ``LatencyLog``."""
+    """Times one sub-env's sampled steps into a ``LatencyLog``.
+
+    A host keeps a countdown of untimed steps beside it; when the countdown is at zero it
+    reads ``time.perf_counter()`` before the step and calls the timer after it, which
+    returns the next countdown::
+
+        if untimed_steps:
+            untimed_steps -= 1      # most steps: nothing else
+        else:
+            started = time.perf_counter()
+            ... the step ...
+            untimed_steps = timer(started)
+    """
 
     __slots__ = ("_offset", "env_index", "log")
 
@@ -123,10 +213,11 @@ class StepTimer:
         self.env_index = env_index
         self._offset = env_index * RING_SIZE
 
-    def __call__(self, started: float) -> None:
-        # Written here, not through a LatencyLog method: this runs once per sub-env step.
+    def __call__(self, started: float) -> int:
+        """Record the step that began at ``started``; how many steps to leave untimed next."""
         seconds = time.perf_counter() - started
         log, env_index = self.log, self.env_index
-        count = log._counts[env_index]
-        log._durations[self._offset + count % RING_SIZE] = seconds
-        log._counts[env_index] = count + 1
+        samples: int = log._samples[env_index]
+        log._durations[self._offset + samples % RING_SIZE] = seconds
+        log._samples[env_index] = samples + 1
+        return _GAPS[(samples + env_index) % len(_GAPS)]

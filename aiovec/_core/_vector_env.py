@@ -40,7 +40,7 @@ from aiovec._core._spaces import (
     check_observation_mode,
     resolve_spaces,
 )
-from aiovec._core._statistics import Counters, LatencySummary, Statistics
+from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import (
     BusyError,
     NothingSentError,
@@ -150,6 +150,7 @@ class AsyncVectorEnv(Engine):
         self._render_mode: str | None = None
         self._spaces: VectorSpaces | None = None
         self._counters = Counters()
+        self._step_counts = StepCounts(self.num_envs)
         self._health = Health(self.num_envs)
         self._recovery = Recovery(self._selection.make(), RestartPolicy.coerce(restart),
                                   self.num_envs, self._counters, self._health)
@@ -298,7 +299,8 @@ class AsyncVectorEnv(Engine):
     # ------------------------------------------------------------------ observability
 
     def statistics(self) -> Statistics:
-        """Counters since creation and each sub-env's recent step latency (cheap: no I/O)."""
+        """Counters since creation, and each sub-env's exact step count and sampled recent
+        step latency (``LatencySummary`` says how); cheap: no I/O."""
         counters = self._counters
         return Statistics(
             steps=counters.steps,
@@ -314,11 +316,11 @@ class AsyncVectorEnv(Engine):
         )
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
-        latencies = self._backend.latencies
-        if latencies is None:
-            nan = math.nan
-            return (LatencySummary(0, nan, nan, nan),) * self.num_envs
-        return tuple(latencies.summary(index) for index in range(self.num_envs))
+        latencies, counts = self._backend.latencies, self._step_counts
+        if latencies is None:  # not started yet, or a backend that does not time steps (Ray)
+            return tuple(LatencySummary(counts[index], math.nan, math.nan, math.nan)
+                         for index in range(self.num_envs))
+        return tuple(latencies.summary(index, counts[index]) for index in range(self.num_envs))
 
     @property
     def unusable_envs(self) -> tuple[int, ...]:

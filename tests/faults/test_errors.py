@@ -49,7 +49,10 @@ async def test_step_error_names_every_failed_env_and_keeps_the_rest(
         await envs.reset(options={"reset_mask": np.array([False, True, False, True])})
         obs, *_ = await envs.step(np.full(4, 4.0))
         assert obs[:, 0].tolist() == [4, 1, 4, 1]
-        assert envs.statistics().errors == 2
+        statistics = envs.statistics()
+        assert statistics.errors == 2
+        # A step that raised counts as a step taken.
+        assert [entry.count for entry in statistics.step_latency] == [4, 4, 4, 4]
 
 
 async def test_except_star_picks_the_sub_env_errors() -> None:
@@ -168,6 +171,8 @@ async def test_a_death_beside_a_timeout_is_reported_as_a_death(
         obs, _ = await envs.reset(options={"reset_mask": np.array([True, False, True])})
         obs, *_ = await envs.step(np.ones(3))
         assert obs[:, 0].tolist() == [1, 3, 1]
+        # Neither the step its worker died in nor the one past the deadline is counted.
+        assert [entry.count for entry in envs.statistics().step_latency] == [2, 3, 2]
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)

@@ -57,6 +57,8 @@ async def test_hung_step_times_out_and_reset_recovers(
         obs, *_ = await envs.step(np.full(3, 3.0))
         assert obs[:, :2].tolist() == [[3, 3], [1, 3], [3, 3]]  # nothing stale
         assert ledger.events(1).count("fault hang step") == 1
+        # The step sub-env 1 never answered is not counted.
+        assert [entry.count for entry in envs.statistics().step_latency] == [3, 2, 3]
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)

@@ -99,7 +99,7 @@ class BlockLayout:
     terminations: _Leaf
     truncations: _Leaf
     latencies: _Leaf
-    step_counts: _Leaf
+    latency_samples: _Leaf
 
     @classmethod
     def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
@@ -113,9 +113,10 @@ class BlockLayout:
         truncations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
         latencies = _Leaf(allocator.take(8 * num_envs * RING_SIZE), (num_envs, RING_SIZE),
                           np.dtype(np.float64).str)
-        step_counts = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
+        latency_samples = _Leaf(allocator.take(8 * num_envs), (num_envs,),
+                                np.dtype(np.int64).str)
         return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
-                   truncations, latencies, step_counts)
+                   truncations, latencies, latency_samples)
 
     def views(self, block: mmap.mmap) -> BlockViews:
         """Numpy views of every region of a mapped block."""
@@ -126,7 +127,8 @@ class BlockLayout:
             rewards=_views(self.rewards, buffer),
             terminations=_views(self.terminations, buffer),
             truncations=_views(self.truncations, buffer),
-            latencies=LatencyLog(_views(self.latencies, buffer), _views(self.step_counts, buffer)),
+            latencies=LatencyLog(_views(self.latencies, buffer),
+                                 _views(self.latency_samples, buffer)),
         )
 
 
