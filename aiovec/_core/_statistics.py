@@ -90,7 +90,8 @@ class Statistics:
     their sub-env closed, restarted or died (process backend, Linux); ``cleanups_run`` and
     ``cleanups_failed`` count the sub-envs' registered cleanups (``aiovec.register_cleanup``)
     that completed, and that raised or overran their bound; ``step_latency`` has one
-    ``LatencySummary`` per sub-env (an exact step count, sampled durations).
+    ``LatencySummary`` per sub-env (an exact step count, sampled durations); ``backend`` and
+    ``backend_reason`` say where the sub-envs run and why (what ``"auto"`` measured).
     """
 
     steps: int
@@ -103,6 +104,8 @@ class Statistics:
     descendants_reaped: int = 0
     cleanups_run: int = 0
     cleanups_failed: int = 0
+    backend: str = ""
+    backend_reason: str = ""
 
 
 class StepCounts:

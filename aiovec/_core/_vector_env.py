@@ -313,6 +313,7 @@ class AsyncVectorEnv(Engine):
             descendants_reaped=self._backend.descendants_reaped,
             cleanups_run=self._backend.cleanups.run,
             cleanups_failed=self._backend.cleanups.failed,
+            backend=self.backend_name, backend_reason=self.backend_reason,
         )
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:

@@ -121,6 +121,9 @@ async def test_auto_runs_waiting_envs_on_threads_and_says_why(
             assert envs.backend_name == "thread"
             assert "thread backend" in repr(envs)
             assert "measured one sub-env" in envs.backend_reason
+            statistics = envs.statistics()
+            assert (statistics.backend, statistics.backend_reason) == ("thread",
+                                                                      envs.backend_reason)
             await envs.reset(seed=1)
             obs, *_ = await envs.step(np.zeros(4, dtype=np.int64))
             assert obs.tolist() == [[1, 1]] * 4
