@@ -3,8 +3,8 @@
 Every backend (the event loop's thread, a dedicated thread, a worker process) hosts its
 sub-envs in ``EnvSlot`` objects and feeds them ``Op`` requests through ``EnvSlot.run``, so
 autoreset, failure capture and step timing (sampled: ``_statistics.StepTimer``) are written
-once. ``run`` never raises for an ``Exception``
-in the sub-env: it returns a ``Failure`` that the caller turns into ``SubEnvError``.
+once. ``run`` never raises for an ``Exception`` in the sub-env: it returns a ``Failure`` that
+the caller turns into ``SubEnvError``.
 """
 
 from __future__ import annotations

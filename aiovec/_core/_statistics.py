@@ -109,9 +109,9 @@ class Statistics:
 
 
 class StepCounts:
-    """How many steps each sub-env answered, kept per call rather than per sub-env: a vector
-    step that every sub-env answered adds one to a tally they all share, and only a partial
-    batch (first-ready, or a step some sub-env never answered) counts sub-env by sub-env."""
+    """Steps per sub-env, kept per call rather than per sub-env: a vector step that counts
+    for every sub-env adds one to a tally they all share, and only a partial batch
+    (first-ready, or a step some sub-env never answered) counts sub-env by sub-env."""
 
     __slots__ = ("_each", "_everyone")
 
