@@ -141,6 +141,9 @@ class Backend(abc.ABC):
     in_process: ClassVar[bool]
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
+    #: False when ``submit`` is done with a step's actions by the time it returns (written to
+    #: shared memory, pickled): the core then hands it the caller's arrays, not a private copy.
+    keeps_actions: ClassVar[bool] = True
     #: Each sub-env's recent step durations, once started.
     latencies: LatencyLog | None = None
     #: True once closing began: no request reaches a sub-env, no restart starts a host.

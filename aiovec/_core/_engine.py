@@ -137,8 +137,9 @@ class Engine:
         self._claim("step")
         if self._state is not State.RUNNING or not self._health.all_ready():
             raise ResetNeededError(self._reset_needed_message())
-        batch = self._actions.check(actions)
-        payloads = batch if self._backend.takes_action_batches else self._actions.split(batch)
+        backend = self._backend
+        batch = self._actions.check(actions, copy=backend.keeps_actions)
+        payloads = batch if backend.takes_action_batches else self._actions.split(batch)
         return self._submit(Op.STEP, "step", self._all_envs, payloads)
 
     def _reset_needed_message(self) -> str:

@@ -81,6 +81,8 @@ class ProcessBackend(Backend):
 
     name: ClassVar[str] = "process"
     in_process: ClassVar[bool] = False
+    # submit writes a step's actions into shared memory, or pickles them into the frames.
+    keeps_actions: ClassVar[bool] = False
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
