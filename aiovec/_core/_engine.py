@@ -204,7 +204,7 @@ class Engine:
                     in_flight, broken, {} if same_step else None, previous)
                 self._check_open("step")
             results = self._results
-            infos = results.store_steps(replies, broken)
+            infos = {} if in_flight.quiet() else results.store_steps(replies, broken)
             if restarted is not None:
                 results.apply_restarts(restarted, previous, infos)
                 broken = {}
@@ -354,6 +354,8 @@ class Engine:
             raise ClosedError(f"the vector env was closed during {in_flight.operation}")
         replies = in_flight.replies()
         broken: dict[int, str] = {}
+        if in_flight.quiet():  # every reply is None: nothing failed, nothing to read
+            return replies, broken
         if in_flight.late:
             self._counters.timeouts += len(in_flight.late)
             self._backend.discard(in_flight.late)

@@ -176,10 +176,12 @@ class ProcessPending(Pending):
         self.sequence = sequence
         self._owing: set[WorkerHandle] = set()
         self._dead: list[WorkerHandle] = []
+        every_env = backend.every_env
         # None: every sub-env, in order (position = env index), the common case.
         self._position: dict[int, int] | None = (
-            None if self.env_indices == backend.every_env
+            None if self.env_indices is every_env or self.env_indices == every_env
             else {env_index: position for position, env_index in enumerate(self.env_indices)})
+        self.quiet = op is Op.STEP and backend.buffers is not None
         self._future: asyncio.Future[None] | None = None
         if backend.loop is not None:
             self._future = backend.loop.create_future()
@@ -205,6 +207,7 @@ class ProcessPending(Pending):
         try:
             self._store(worker, payload)
         except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
+            self.quiet = False
             for env_index in self.hosted_by(worker):
                 self.replies[self.position(env_index)] = Failure(
                     env_index, self.op.value, error,
@@ -228,6 +231,8 @@ class ProcessPending(Pending):
     def _store(self, worker: WorkerHandle, payload: bytes) -> None:
         replies = self.replies
         if self.op is Op.STEP:
+            if payload:
+                self.quiet = False
             if self._position is None:
                 hosted = worker.env_indices
                 if self._backend.buffers is not None:
@@ -257,6 +262,7 @@ class ProcessPending(Pending):
         A first-ready request cannot wait for that: its failures land at once, with the
         exit status if it is known already.
         """
+        self.quiet = False
         if self.arrivals is not None:
             self._fail_hosted(worker)
             self._land(worker)
