@@ -52,6 +52,10 @@ __all__ = ["main", "worker_main"]
 #: 0.86x SyncVectorEnv without the spin and ~1.2x with it. ``AIOVEC_WORKER_SPIN_US`` overrides.
 SPIN_SECONDS = float(os.environ.get("AIOVEC_WORKER_SPIN_US", "200")) * 1e-6
 
+_HEADER_SIZE = HEADER.size
+#: Non-blocking reads, where the platform has them (else the worker never polls).
+_POLL_FLAGS = getattr(socket, "MSG_DONTWAIT", 0)
+
 #: True in a worker process (``aiovec.testing.FaultyEnv`` only ends processes where it is).
 IN_WORKER = False
 
@@ -170,7 +174,7 @@ class _HostedEnvs:
         for offset, slot in enumerate(slots):
             env_index = slot.env_index
             action = actions[offset] if actions is not None else read_action(env_index)
-            outcome = slot.run(Op.STEP, action)
+            outcome = slot.step(action)
             if type(outcome) is Failure:
                 extras.append((env_index, portable(outcome)))
             elif write_obs is None:  # observations that shared memory cannot hold
@@ -215,6 +219,17 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
     except Exception:
         safe = [picklable(phase, env_index, reply)
                 for env_index, reply in zip(env_indices, replies)]
+        return encode(Kind.REPLY, sequence, dumps(safe))
+
+
+def _step_reply(sequence: int, extras: list[tuple[int, Any]]) -> bytes:
+    """The REPLY to a step: a bare header unless a sub-env has something to report."""
+    if not extras:
+        return HEADER.pack(Kind.REPLY, sequence, 0)
+    try:
+        return encode(Kind.REPLY, sequence, dumps(extras))
+    except Exception:
+        safe = [(env_index, picklable("step", env_index, entry)) for env_index, entry in extras]
         return encode(Kind.REPLY, sequence, dumps(safe))
 
 
@@ -279,43 +294,46 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         sock.close()
 
 
-def _poll_briefly(sock: socket.socket, seconds: float) -> None:
-    """Return once a request is waiting, or after ``seconds``; ``sched_yield`` between polls,
-    so a parent sharing this CPU is not slowed by the polling."""
-    deadline = time.perf_counter() + seconds
-    flags = socket.MSG_PEEK | socket.MSG_DONTWAIT
-    while True:
-        try:
-            sock.recv(1, flags)  # data, or b"" at EOF: either way, stop polling
-            return
-        except BlockingIOError:
-            pass
-        if time.perf_counter() >= deadline:
-            return
-        os.sched_yield()
+def _next_request(sock: socket.socket, header: bytearray, spin: float) -> tuple[int, int, bytes]:
+    """The next request frame: polled for ``spin`` seconds (``sched_yield`` between polls, so
+    a parent sharing this CPU is not slowed by the polling), then waited for. The header is
+    read straight into ``header``: a step's frame is one ``recv``."""
+    received = -1
+    if spin:
+        deadline = time.perf_counter() + spin
+        while True:
+            try:
+                received = sock.recv_into(header, _HEADER_SIZE, _POLL_FLAGS)
+                break
+            except BlockingIOError:
+                if time.perf_counter() >= deadline:
+                    break
+                os.sched_yield()
+    if received < 0:
+        received = sock.recv_into(header, _HEADER_SIZE)
+    if received < _HEADER_SIZE:  # EOF, or a header split across reads
+        if not received:
+            raise EOFError("the peer closed the connection")
+        header[received:] = recv_exact(sock, _HEADER_SIZE - received)
+    kind, sequence, length = HEADER.unpack_from(header)
+    return kind, sequence, recv_exact(sock, length)
 
 
 def _answer_requests(worker: _HostedEnvs, sock: socket.socket) -> None:
     """The request loop; returns after answering CLOSE."""
     hosted = [slot.env_index for slot in worker.slots]
-    spin = SPIN_SECONDS if hasattr(socket, "MSG_DONTWAIT") and hasattr(os, "sched_yield") else 0
+    spin = SPIN_SECONDS if _POLL_FLAGS and hasattr(os, "sched_yield") else 0
+    header = bytearray(_HEADER_SIZE)
     while True:
-        if spin:
-            _poll_briefly(sock, spin)
-        kind, sequence, payload = recv_frame(sock)
-        if kind is Kind.STEP or kind is Kind.STEP_SOME:
-            if kind is Kind.STEP:
-                extras = worker.step(pickle.loads(payload) if payload else None)
-            else:
-                env_indices, actions = pickle.loads(payload)
-                extras = worker.step(actions, env_indices)
-            try:
-                frame = encode(Kind.REPLY, sequence, dumps(extras) if extras else b"")
-            except Exception:
-                safe = [(env_index, picklable("step", env_index, entry))
-                        for env_index, entry in extras]
-                frame = encode(Kind.REPLY, sequence, dumps(safe))
-            sock.sendall(frame)
+        number, sequence, payload = _next_request(sock, header, spin)
+        if number == Kind.STEP:  # the hot path first
+            sock.sendall(_step_reply(sequence, worker.step(
+                pickle.loads(payload) if payload else None)))
+            continue
+        kind = Kind(number)
+        if kind is Kind.STEP_SOME:
+            env_indices, actions = pickle.loads(payload)
+            sock.sendall(_step_reply(sequence, worker.step(actions, env_indices)))
         elif kind is Kind.RESET:
             requests = pickle.loads(payload)
             sock.sendall(_reply(sequence, "reset", worker.reset(requests),
