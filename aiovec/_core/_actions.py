@@ -78,6 +78,7 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
     shape = (num_envs, *(space.shape or ()))
     dtype = np.dtype(space.dtype)
     bounds = _bounds(space) if values else None
+    accepted: set[np.dtype[Any]] = set()  # dtypes seen to pass: a set lookup, not can_cast
 
     def check(actions: Any, where: str, copy: bool) -> Any:
         try:
@@ -92,8 +93,11 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 f"{where}: expected shape {shape} for {num_envs} sub-envs of {space}, "
                 f"got {array.shape}"
             )
-        if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
-            raise ValueError(f"{where}: expected dtype {dtype} for {space}, got {array.dtype}")
+        if array.dtype not in accepted:
+            if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
+                raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
+                                 f"got {array.dtype}")
+            accepted.add(array.dtype)
         if values and not (bounds is not None and array.size  # NaN fails both: no shortcut
                            and array.min() >= bounds[0] and array.max() <= bounds[1]):
             offenders = np.flatnonzero(_outside(space, array)).tolist()

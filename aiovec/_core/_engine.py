@@ -221,7 +221,7 @@ class Engine:
             if broken:
                 self._fail("step", in_flight, broken, result)
             self._counters.steps += 1
-            self._recovery.env_steps += 1
+            self._recovery.full_steps += 1
             return result
         finally:
             self._release(in_flight)

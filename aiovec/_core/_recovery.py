@@ -41,7 +41,10 @@ class Recovery:
         self._restart_counts = np.zeros(num_envs, dtype=np.int64)
         self._consecutive_restarts = np.zeros(num_envs, dtype=np.int64)
         self._last_restart_at = np.full(num_envs, -2, dtype=np.int64)
-        #: Steps each sub-env returned (``step`` and ``recv``), to tell restarts in a row.
+        #: Steps each sub-env returned, to tell restarts in a row: ``full_steps`` (``step``,
+        #: every sub-env at once: an int, no array arithmetic on the hot path) plus its own
+        #: ``env_steps`` (``recv``).
+        self.full_steps = 0
         self.env_steps = np.zeros(num_envs, dtype=np.int64)
 
     def make_deadline(self) -> float | None:
@@ -131,7 +134,7 @@ class Recovery:
     def _count_restart(self, env_index: int) -> int:
         """Count one restart of ``env_index`` → how many it has had in a row, no step of its
         own between."""
-        steps = int(self.env_steps[env_index])
+        steps = self.full_steps + int(self.env_steps[env_index])
         if steps - self._last_restart_at[env_index] <= 1:
             self._consecutive_restarts[env_index] += 1
         else:

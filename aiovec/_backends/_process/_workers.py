@@ -30,6 +30,7 @@ __all__ = ["ProcessPending", "WorkerHandle"]
 
 _INBOX_SIZE = 1 << 16
 _HEADER_SIZE = HEADER.size
+_REPLY = int(Kind.REPLY)
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 
 
@@ -108,9 +109,9 @@ class WorkerHandle:
             # The hot path: one reply with nothing to report.
             kind, sequence, length = HEADER.unpack_from(self.inbox)
             expected, pending = self.outstanding[0]
-            if kind == Kind.REPLY and sequence == expected and not length:
+            if kind == _REPLY and sequence == expected and not length:
                 self.outstanding.popleft()
-                pending.deliver(self, b"")
+                pending.deliver_empty(self)
                 return
         for kind, sequence, payload in self.reader.feed(memoryview(self.inbox)[:size]):
             if not self.outstanding:
@@ -167,7 +168,8 @@ class WorkerHandle:
 class ProcessPending(Pending):
     """Replies to one request, delivered worker by worker."""
 
-    __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
+    __slots__ = ("_backend", "_dead", "_future", "_in_place_step", "_owing", "_position",
+                 "sequence")
 
     def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
                  sequence: int, arrivals: Arrivals | None = None) -> None:
@@ -182,6 +184,8 @@ class ProcessPending(Pending):
             None if self.env_indices is every_env or self.env_indices == every_env
             else {env_index: position for position, env_index in enumerate(self.env_indices)})
         self.quiet = op is Op.STEP and backend.buffers is not None
+        #: A full step written in place: an empty reply just marks its sub-envs answered.
+        self._in_place_step = self.quiet and self._position is None and arrivals is None
         self._future: asyncio.Future[None] | None = None
         if backend.loop is not None:
             self._future = backend.loop.create_future()
@@ -201,6 +205,19 @@ class ProcessPending(Pending):
         self._owing.discard(worker)
         if not self._owing and self._future is not None and not self._future.done():
             self._future.set_result(None)
+
+    def deliver_empty(self, worker: WorkerHandle) -> None:
+        """``deliver(worker, b"")``, the hot path of a step: a reply with nothing in it."""
+        if not self._in_place_step:
+            self.deliver(worker, b"")
+            return
+        hosted = worker.env_indices
+        self.replies[hosted.start:hosted.stop] = [None] * len(hosted)
+        owing = self._owing
+        owing.discard(worker)
+        future = self._future
+        if not owing and future is not None and not future.done():
+            future.set_result(None)
 
     def deliver(self, worker: WorkerHandle, payload: bytes) -> None:
         """Store one worker's reply (decoded according to the request)."""
@@ -279,7 +296,10 @@ class ProcessPending(Pending):
 
     async def wait(self) -> None:
         try:
-            await self._replies_or_deaths()
+            if self._owing and self._future is not None:  # asyncio: the callbacks answer
+                await self._future
+            else:
+                await self._replies_or_deaths()
             for worker in self._dead:  # its exit status makes the failure's message
                 await self._backend.reap(worker)
         finally:
@@ -290,11 +310,10 @@ class ProcessPending(Pending):
             self._dead.clear()
 
     async def _replies_or_deaths(self) -> None:
-        """Return once every worker addressed has replied or died."""
+        """Return once every worker addressed has replied or died, where no readiness
+        callback answers the future (or nothing is owed any more)."""
         if not self._owing:  # answered already, or addressed to no live worker at all
             await anyio.lowlevel.checkpoint()
-        elif self._future is not None:
-            await self._future
         else:  # no readiness callbacks (trio): read the workers' sockets in turn
             # A cancellation point even when every reply is in already, as on asyncio.
             await anyio.lowlevel.checkpoint_if_cancelled()
