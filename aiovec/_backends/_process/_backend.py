@@ -220,7 +220,8 @@ class ProcessBackend(Backend):
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
         layout = BlockLayout.plan(spaces.single_observation_space,
-                                  spaces.single_action_space, self.num_envs)
+                                  spaces.single_action_space, self.num_envs,
+                                  tuple(worker.env_indices.start for worker in self._workers))
         self._block_fd = open_block(layout.size)
         self._block = map_block(self._block_fd, layout.size)
         views = layout.views(self._block)

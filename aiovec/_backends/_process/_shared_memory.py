@@ -100,10 +100,16 @@ class BlockLayout:
     truncations: _Leaf
     latencies: _Leaf
     step_counts: _Leaf
+    #: The sequence number of the last full step each worker finished, in the row of its
+    #: first sub-env (``hosts``): a worker done early waits there for the others, so that
+    #: the replies reach the parent together (see ``_worker._HostedEnvs.finished``).
+    step_marks: _Leaf | None = None
+    #: The first sub-env of each worker.
+    hosts: tuple[int, ...] = ()
 
     @classmethod
     def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
-             num_envs: int) -> BlockLayout:
+             num_envs: int, hosts: tuple[int, ...] = ()) -> BlockLayout:
         """Lay out one vector env's batch; unrepresentable spaces get ``None`` (pickled)."""
         allocator = _Allocator()
         observations = _plan(observation_space, num_envs, allocator)
@@ -114,8 +120,9 @@ class BlockLayout:
         latencies = _Leaf(allocator.take(8 * num_envs * RING_SIZE), (num_envs, RING_SIZE),
                           np.dtype(np.float64).str)
         step_counts = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
+        step_marks = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
         return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
-                   truncations, latencies, step_counts)
+                   truncations, latencies, step_counts, step_marks, hosts)
 
     def views(self, block: mmap.mmap) -> BlockViews:
         """Numpy views of every region of a mapped block."""
@@ -127,6 +134,7 @@ class BlockLayout:
             terminations=_views(self.terminations, buffer),
             truncations=_views(self.truncations, buffer),
             latencies=LatencyLog(_views(self.latencies, buffer), _views(self.step_counts, buffer)),
+            step_marks=None if self.step_marks is None else _views(self.step_marks, buffer),
         )
 
 
@@ -140,6 +148,7 @@ class BlockViews:
     terminations: np.ndarray[Any, np.dtype[np.bool_]]
     truncations: np.ndarray[Any, np.dtype[np.bool_]]
     latencies: LatencyLog
+    step_marks: np.ndarray[Any, np.dtype[np.int64]] | None = None
 
 
 def open_block(size: int) -> int:

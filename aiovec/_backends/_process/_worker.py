@@ -107,6 +107,9 @@ class _HostedEnvs:
         self.views: BlockViews | None = None
         self.read_action: Callable[[int], Any] = _actions_come_in_frames
         self.write_obs: Callable[[int, Any], None] | None = None
+        #: Where workers mark the full steps they finished, and the other workers' rows.
+        self.step_marks: Any = None
+        self.peer_rows: tuple[int, ...] = ()
 
     def make(self) -> list[Any]:
         replies = [self._make(offset) for offset in range(len(self.slots))]
@@ -128,6 +131,29 @@ class _HostedEnvs:
         self.write_obs = None if views.observations is None else row_writer(views.observations)
         for slot in self.slots:
             slot.step_timer = views.latencies.timer(slot.env_index)
+        self.step_marks = views.step_marks
+        # Waiting for the others only pays while each worker has a CPU of its own.
+        if len(layout.hosts) <= _usable_cpus():
+            self.peer_rows = tuple(row for row in layout.hosts if row != self.first_env)
+
+    def finished(self, sequence: int, until: float) -> None:
+        """Mark full step ``sequence`` done here, then wait (polling, yielding the CPU) until
+        every other worker has marked it too, or until ``until``.
+
+        The parent needs every reply before it can go on, so holding an early reply back
+        delays nothing; replies that arrive together wake the parent once, where each reply
+        on its own would wake it again (~20 µs on these VMs). The wait spends the poll that
+        follows a reply anyway (``SPIN_SECONDS``), never more.
+        """
+        marks = self.step_marks
+        if marks is None:
+            return
+        marks[self.first_env] = sequence
+        for row in self.peer_rows:
+            while marks[row] != sequence:
+                if time.perf_counter() >= until:
+                    return
+                os.sched_yield()
 
     def remake(self, env_indices: list[int]) -> list[Any]:
         """Make the given hosted sub-envs afresh (a restart requested by the parent).
@@ -294,19 +320,27 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         sock.close()
 
 
-def _next_request(sock: socket.socket, header: bytearray, spin: float) -> tuple[int, int, bytes]:
-    """The next request frame: polled for ``spin`` seconds (``sched_yield`` between polls, so
-    a parent sharing this CPU is not slowed by the polling), then waited for. The header is
-    read straight into ``header``: a step's frame is one ``recv``."""
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def _next_request(sock: socket.socket, header: bytearray,
+                  until: float | None) -> tuple[int, int, bytes]:
+    """The next request frame: polled until ``until`` (``time.perf_counter``; ``None``: no
+    polling), with ``sched_yield`` between polls so that a parent sharing this CPU is not
+    slowed, then waited for. The header is read straight into ``header``: a step's frame is
+    one ``recv``."""
     received = -1
-    if spin:
-        deadline = time.perf_counter() + spin
+    if until is not None:
         while True:
             try:
                 received = sock.recv_into(header, _HEADER_SIZE, _POLL_FLAGS)
                 break
             except BlockingIOError:
-                if time.perf_counter() >= deadline:
+                if time.perf_counter() >= until:
                     break
                 os.sched_yield()
     if received < 0:
@@ -324,11 +358,15 @@ def _answer_requests(worker: _HostedEnvs, sock: socket.socket) -> None:
     hosted = [slot.env_index for slot in worker.slots]
     spin = SPIN_SECONDS if _POLL_FLAGS and hasattr(os, "sched_yield") else 0
     header = bytearray(_HEADER_SIZE)
+    until: float | None = None
     while True:
-        number, sequence, payload = _next_request(sock, header, spin)
+        number, sequence, payload = _next_request(sock, header, until)
         if number == Kind.STEP:  # the hot path first
-            sock.sendall(_step_reply(sequence, worker.step(
-                pickle.loads(payload) if payload else None)))
+            reply = _step_reply(sequence, worker.step(pickle.loads(payload) if payload else None))
+            if spin:
+                until = time.perf_counter() + spin
+                worker.finished(sequence, until)
+            sock.sendall(reply)
             continue
         kind = Kind(number)
         if kind is Kind.STEP_SOME:
@@ -353,6 +391,7 @@ def _answer_requests(worker: _HostedEnvs, sock: socket.socket) -> None:
             return
         else:
             raise RuntimeError(f"unexpected frame {kind.name}")
+        until = time.perf_counter() + spin if spin else None
 
 
 def main(argv: list[str]) -> None:
