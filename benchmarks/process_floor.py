@@ -224,9 +224,9 @@ def main() -> None:
                 latencies.setdefault((num_envs, name), []).append(timing.latency or 0.0)
                 print(f"  repeat {repeat + 1} n={num_envs:<3} {name:<32} "
                       f"{timing.steps_per_second:>10,.0f} steps/s", flush=True)
+    print("\nSteps/s: sub-env steps per wall second (a mean over the run: stalls of a shared "
+          "machine count); µs per vector step: the median step (they do not).")
     print("\n## CartPole-v1, the process backend against its floor\n")
-    print("Steps/s: sub-env steps per wall second (a mean over the run: stalls of a shared "
-          "machine count); µs per vector step: the median step (they do not).\n")
     print("| contender | num_envs | steps/s (median) | spread | µs per vector step (median) "
           "| vs SyncVectorEnv |")
     print("|---|---:|---:|---:|---:|---:|")
