@@ -60,6 +60,13 @@ class EnvSlot:
         except Exception as exc:
             return Failure.capture(self.env_index, op.value, exc)
 
+    def step(self, action: Any) -> Any:
+        """``run(Op.STEP, action)`` without the dispatch: a host's hot path."""
+        try:
+            return self._step(action)
+        except Exception as exc:
+            return Failure.capture(self.env_index, "step", exc)
+
     def _make(self, env_fn: Callable[[], gym.Env[Any, Any]]) -> EnvDescription:
         """Make the sub-env; a remake (restart) closes the old one first, ignoring its errors."""
         old, self.env = self.env, None

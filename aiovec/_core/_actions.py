@@ -2,9 +2,11 @@
 
 The check runs in the caller's task before any sub-env is touched, so a wrong batch size,
 shape or dtype raises ``ValueError`` (a scalar where a batch belongs: ``TypeError``) and no
-sub-env has stepped. The checked batch is a private copy (nothing sees later changes to the
-caller's array) that keeps the caller's dtype, as Gymnasium does: a float32 Box stepped with
-float64 actions receives float64 rows on every backend.
+sub-env has stepped. The checked batch keeps the caller's dtype, as Gymnasium does: a float32
+Box stepped with float64 actions receives float64 rows on every backend. It is a private copy
+(nothing sees later changes to the caller's array), unless the backend consumes the actions
+before the call returns (``Backend.keeps_actions``): then the caller's arrays are passed on
+as they are and written once, where the sub-envs read them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gymnasium.vector.utils import batch_space, iterate
 
 __all__ = ["ActionChecker"]
 
-Check = Callable[[Any, str], Any]
+Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
 
 
@@ -76,8 +78,9 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
     shape = (num_envs, *(space.shape or ()))
     dtype = np.dtype(space.dtype)
     bounds = _bounds(space) if values else None
+    accepted: set[np.dtype[Any]] = set()  # dtypes seen to pass: a set lookup, not can_cast
 
-    def check(actions: Any, where: str) -> Any:
+    def check(actions: Any, where: str, copy: bool) -> Any:
         try:
             array = np.asarray(actions)
         except (TypeError, ValueError) as exc:
@@ -90,14 +93,17 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 f"{where}: expected shape {shape} for {num_envs} sub-envs of {space}, "
                 f"got {array.shape}"
             )
-        if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
-            raise ValueError(f"{where}: expected dtype {dtype} for {space}, got {array.dtype}")
+        if array.dtype not in accepted:
+            if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
+                raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
+                                 f"got {array.dtype}")
+            accepted.add(array.dtype)
         if values and not (bounds is not None and array.size  # NaN fails both: no shortcut
                            and array.min() >= bounds[0] and array.max() <= bounds[1]):
             offenders = np.flatnonzero(_outside(space, array)).tolist()
             if offenders:
                 raise _Outside(space, where, offenders, array[offenders[0]].tolist())
-        return np.array(array)  # always a copy
+        return np.array(array) if copy else array
 
     return check, list
 
@@ -106,12 +112,12 @@ def _dict_rules(space: spaces.Dict, num_envs: int, values: bool) -> tuple[Check,
     children = {key: _rules(child, num_envs, values) for key, child in space.spaces.items()}
     expected = sorted(children)
 
-    def check(actions: Any, where: str) -> Any:
+    def check(actions: Any, where: str, copy: bool) -> Any:
         if not isinstance(actions, Mapping):
             raise ValueError(f"{where}: expected a dict for {space}, got {type(actions).__name__}")
         if sorted(actions) != expected:
             raise ValueError(f"{where}: expected keys {expected}, got {sorted(actions)}")
-        return {key: rules[0](actions[key], f"{where}[{key!r}]")
+        return {key: rules[0](actions[key], f"{where}[{key!r}]", copy)
                 for key, rules in children.items()}
 
     def split(batch: Any) -> list[Any]:
@@ -126,12 +132,12 @@ def _tuple_rules(space: spaces.Tuple[Any], num_envs: int,
                  values: bool) -> tuple[Check, Split]:
     children = [_rules(child, num_envs, values) for child in space.spaces]
 
-    def check(actions: Any, where: str) -> Any:
+    def check(actions: Any, where: str, copy: bool) -> Any:
         if not isinstance(actions, (tuple, list)) or len(actions) != len(children):
             length = f" of length {len(actions)}" if isinstance(actions, (tuple, list)) else ""
             raise ValueError(f"{where}: expected a tuple of {len(children)} batches for {space}, "
                              f"got {type(actions).__name__}{length}")
-        return tuple(rules[0](part, f"{where}[{position}]")
+        return tuple(rules[0](part, f"{where}[{position}]", copy)
                      for position, (rules, part) in enumerate(zip(children, actions)))
 
     def split(batch: Any) -> list[Any]:
@@ -144,7 +150,8 @@ def _generic_rules(space: spaces.Space[Any], num_envs: int,
                    values: bool) -> tuple[Check, Split]:
     batched = batch_space(space, num_envs)
 
-    def check(actions: Any, where: str) -> Any:
+    def check(actions: Any, where: str, copy: bool) -> Any:
+        # A new list either way; its items are the caller's (no batched array to copy).
         if isinstance(actions, Sequence) and len(actions) != num_envs:
             raise ValueError(f"{where}: expected {num_envs} actions, got {len(actions)}")
         per_env = list(iterate(batched, actions))
@@ -185,10 +192,12 @@ class ActionChecker:
                  values: bool = False) -> None:
         self._check, self.split = _rules(single_action_space, num_envs, values)
 
-    def check(self, actions: Any, env_ids: Sequence[int] | None = None) -> Any:
-        """The batch as a private copy, or an error saying what is wrong with it (``env_ids``:
-        the sub-envs the batch's rows are for, when not all of them in order)."""
+    def check(self, actions: Any, env_ids: Sequence[int] | None = None, *,
+              copy: bool = True) -> Any:
+        """The batch as a private copy (with ``copy=False``: its arrays are the caller's), or
+        an error saying what is wrong with it (``env_ids``: the sub-envs the batch's rows are
+        for, when not all of them in order)."""
         try:
-            return self._check(actions, "actions")
+            return self._check(actions, "actions", copy)
         except _Outside as outside:
             raise ValueError(outside.describe(env_ids)) from None

@@ -96,7 +96,7 @@ class Pending(abc.ABC):
     A first-ready request (``arrivals`` set) also announces each reply there as it lands.
     """
 
-    __slots__ = ("arrivals", "env_indices", "op", "replies")
+    __slots__ = ("arrivals", "env_indices", "op", "quiet", "replies")
 
     #: False while the request provably reached no sub-env (so cancelling it changed nothing).
     started: bool = True
@@ -107,6 +107,10 @@ class Pending(abc.ABC):
         self.env_indices = tuple(env_indices)
         self.replies: list[Any] = [NO_REPLY] * len(self.env_indices)
         self.arrivals = arrivals
+        #: True while no reply of a step written in place (``attach``) had anything to report:
+        #: once every reply came, each is ``None`` (no infos, no failure) and the core need
+        #: not read them one by one. Backends that never know it leave it false.
+        self.quiet = False
 
     @abc.abstractmethod
     async def wait(self) -> None:
@@ -141,6 +145,9 @@ class Backend(abc.ABC):
     in_process: ClassVar[bool]
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
+    #: False when ``submit`` is done with a step's actions by the time it returns (written to
+    #: shared memory, pickled): the core then hands it the caller's arrays, not a private copy.
+    keeps_actions: ClassVar[bool] = True
     #: Each sub-env's sampled step durations, once started; ``None`` on a backend whose
     #: hosts the parent cannot read from (Ray: its summaries then have counts only).
     latencies: LatencyLog | None = None

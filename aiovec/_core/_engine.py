@@ -138,8 +138,9 @@ class Engine:
         self._claim("step")
         if self._state is not State.RUNNING or not self._health.all_ready():
             raise ResetNeededError(self._reset_needed_message())
-        batch = self._actions.check(actions)
-        payloads = batch if self._backend.takes_action_batches else self._actions.split(batch)
+        backend = self._backend
+        batch = self._actions.check(actions, copy=backend.keeps_actions)
+        payloads = batch if backend.takes_action_batches else self._actions.split(batch)
         return self._submit(Op.STEP, "step", self._all_envs, payloads)
 
     def _reset_needed_message(self) -> str:
@@ -208,7 +209,7 @@ class Engine:
                     in_flight, broken, {} if same_step else None, previous)
                 self._check_open("step")
             results = self._results
-            infos = results.store_steps(replies, broken)
+            infos = {} if in_flight.quiet() else results.store_steps(replies, broken)
             if restarted is not None:
                 results.apply_restarts(restarted, previous, infos)
                 broken = {}
@@ -363,6 +364,8 @@ class Engine:
             raise ClosedError(f"the vector env was closed during {in_flight.operation}")
         replies = in_flight.replies()
         broken: dict[int, str] = {}
+        if in_flight.quiet():  # every reply is None: nothing failed, nothing to read
+            return replies, broken
         if in_flight.late:
             self._counters.timeouts += len(in_flight.late)
             self._backend.discard(in_flight.late)

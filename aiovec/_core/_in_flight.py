@@ -61,6 +61,12 @@ class InFlight:
         return [self.early.get(index, answered.get(index, NO_REPLY))
                 for index in self.env_indices]
 
+    def quiet(self) -> bool:
+        """True when every sub-env answered ``None`` (see ``Pending.quiet``)."""
+        pending = self.pending
+        return (pending is not None and pending.quiet and not self.late
+                and not self.early)
+
     def unanswered(self) -> list[int]:
         return [index for index, reply in zip(self.env_indices, self.replies())
                 if reply is NO_REPLY]

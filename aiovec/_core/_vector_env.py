@@ -484,7 +484,8 @@ class AsyncVectorEnv(Engine):
             raise ResetNeededError(
                 f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
                 "failed, or done with autoreset disabled)")
-        batch = self._actions_for(len(ids)).check(actions, ids)
+        batch = self._actions_for(len(ids)).check(actions, ids,
+                                                  copy=self._backend.keeps_actions)
         payloads = (batch if self._backend.takes_action_batches
                     else self._actions_for(len(ids)).split(batch))
         seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")

@@ -240,6 +240,29 @@ def test_factory_returning_a_non_env() -> None:
 
 
 @backends
+async def test_the_caller_may_reuse_its_actions_once_sent(backend: str) -> None:
+    # The process backend writes actions straight into shared memory (no private copy), so
+    # what the sub-envs read must be fixed by then; other backends keep a copy.
+    async with aiovec.AsyncVectorEnv(counting(4), backend=backend) as envs:
+        await envs.reset()
+        actions = np.array([1, 0, 1, 0])
+        envs.send(actions)
+        actions[:] = [0, 1, 0, 1]
+        batch = await envs.recv(batch_size=4)
+        assert dict(zip(batch.env_ids.tolist(), batch.rewards.tolist())) == {
+            0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0}
+
+        async def overwrite_soon() -> None:
+            actions[:] = [0, 0, 0, 0]
+
+        actions[:] = [1, 1, 0, 1]
+        async with anyio.create_task_group() as group:
+            group.start_soon(overwrite_soon)  # runs once step awaits: the actions were sent
+            _, rewards, *_ = await envs.step(actions)
+        assert rewards.tolist() == [1.0, 1.0, 0.0, 1.0]
+
+
+@backends
 async def test_copy_false_returns_the_reused_buffer(backend: str) -> None:
     async with aiovec.AsyncVectorEnv(counting(2), backend=backend, copy=False) as envs:
         first, _ = await envs.reset()

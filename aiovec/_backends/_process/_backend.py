@@ -35,12 +35,13 @@ from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
-from aiovec._backends._process._protocol import Kind, dumps, encode
+from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
 from aiovec._backends._process._shared_memory import (
     BlockLayout,
     map_block,
     open_block,
     same_dtypes,
+    write_batch,
     write_rows,
 )
 from aiovec._backends._process._workers import ProcessPending, WorkerHandle
@@ -81,6 +82,8 @@ class ProcessBackend(Backend):
 
     name: ClassVar[str] = "process"
     in_process: ClassVar[bool] = False
+    # submit writes a step's actions into shared memory, or pickles them into the frames.
+    keeps_actions: ClassVar[bool] = False
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
@@ -109,6 +112,7 @@ class ProcessBackend(Backend):
         self._fork_server: ForkServer | None = None
         self._fork_server_lock = threading.Lock()
         self.every_env = tuple(range(self.num_envs))
+        self._every_range = range(self.num_envs)
 
     # ------------------------------------------------------------------ start-up
 
@@ -216,7 +220,8 @@ class ProcessBackend(Backend):
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
         layout = BlockLayout.plan(spaces.single_observation_space,
-                                  spaces.single_action_space, self.num_envs)
+                                  spaces.single_action_space, self.num_envs,
+                                  tuple(worker.env_indices.start for worker in self._workers))
         self._block_fd = open_block(layout.size)
         self._block = map_block(self._block_fd, layout.size)
         views = layout.views(self._block)
@@ -344,6 +349,10 @@ class ProcessBackend(Backend):
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
                arrivals: Arrivals | None = None) -> Pending:
+        if op is Op.STEP and arrivals is None and env_indices == self._every_range:
+            pending = self._step_through_memory(payloads)
+            if pending is not None:
+                return pending
         sequence = next(self._sequence)
         pending = ProcessPending(self, op, env_indices, sequence, arrivals)
         kind = _KIND_OF_OP[op]
@@ -381,6 +390,31 @@ class ProcessBackend(Backend):
             pending.worker_died(worker)
         for worker, frame in frames:
             worker.send(frame)
+            worker.outstanding.append((sequence, pending))
+            pending.expect(worker)
+        return pending
+
+    def _step_through_memory(self, actions: Any) -> ProcessPending | None:
+        """The hot path: every sub-env steps, its actions written into shared memory (the
+        batch at once), and each worker gets a header-only frame. ``None`` when the general
+        path must serve it: a dead worker, one that may still be reading the block (a request
+        it has not answered), actions of another dtype than the space's."""
+        views = self._action_views
+        if views is None or not same_dtypes(views, actions):
+            return None
+        workers = self._workers
+        for worker in workers:
+            if worker.outstanding or not worker.alive:
+                return None
+        write_batch(views, actions)
+        sequence = next(self._sequence)
+        frame = HEADER.pack(Kind.STEP, sequence & 0xFFFFFFFF, 0)
+        for worker in workers:
+            worker.send(frame)
+        # The bookkeeping waits until the workers are busy: replies are read only once this
+        # task awaits (readiness callbacks, or the task itself on trio).
+        pending = ProcessPending(self, Op.STEP, self.every_env, sequence)
+        for worker in workers:
             worker.outstanding.append((sequence, pending))
             pending.expect(worker)
         return pending

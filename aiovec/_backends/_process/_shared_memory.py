@@ -100,10 +100,16 @@ class BlockLayout:
     truncations: _Leaf
     latencies: _Leaf
     latency_samples: _Leaf
+    #: The sequence number of the last full step each worker finished, in the row of its
+    #: first sub-env (``hosts``): a worker done early waits there for the others, so that
+    #: the replies reach the parent together (see ``_worker._HostedEnvs.finished``).
+    step_marks: _Leaf | None = None
+    #: The first sub-env of each worker.
+    hosts: tuple[int, ...] = ()
 
     @classmethod
     def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
-             num_envs: int) -> BlockLayout:
+             num_envs: int, hosts: tuple[int, ...] = ()) -> BlockLayout:
         """Lay out one vector env's batch; unrepresentable spaces get ``None`` (pickled)."""
         allocator = _Allocator()
         observations = _plan(observation_space, num_envs, allocator)
@@ -113,10 +119,10 @@ class BlockLayout:
         truncations = _Leaf(allocator.take(num_envs), (num_envs,), np.dtype(np.bool_).str)
         latencies = _Leaf(allocator.take(8 * num_envs * RING_SIZE), (num_envs, RING_SIZE),
                           np.dtype(np.float64).str)
-        latency_samples = _Leaf(allocator.take(8 * num_envs), (num_envs,),
-                                np.dtype(np.int64).str)
+        latency_samples = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
+        step_marks = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
         return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
-                   truncations, latencies, latency_samples)
+                   truncations, latencies, latency_samples, step_marks, hosts)
 
     def views(self, block: mmap.mmap) -> BlockViews:
         """Numpy views of every region of a mapped block."""
@@ -129,6 +135,7 @@ class BlockLayout:
             truncations=_views(self.truncations, buffer),
             latencies=LatencyLog(_views(self.latencies, buffer),
                                  _views(self.latency_samples, buffer)),
+            step_marks=None if self.step_marks is None else _views(self.step_marks, buffer),
         )
 
 
@@ -142,6 +149,7 @@ class BlockViews:
     terminations: np.ndarray[Any, np.dtype[np.bool_]]
     truncations: np.ndarray[Any, np.dtype[np.bool_]]
     latencies: LatencyLog
+    step_marks: np.ndarray[Any, np.dtype[np.int64]] | None = None
 
 
 def open_block(size: int) -> int:
@@ -199,6 +207,18 @@ def same_dtypes(views: Any, batch: Any) -> bool:
     if isinstance(views, tuple):
         return all(same_dtypes(child, part) for child, part in zip(views, batch))
     return bool(views.dtype == batch.dtype)
+
+
+def write_batch(views: Any, batch: Any) -> None:
+    """Copy a validated batch (same tree shape and dtypes) into the views, whole."""
+    if isinstance(views, np.ndarray):
+        views[...] = batch
+    elif isinstance(views, dict):
+        for key, child in views.items():
+            write_batch(child, batch[key])
+    else:
+        for child, part in zip(views, batch):
+            write_batch(child, part)
 
 
 def write_rows(views: Any, batch: Any, rows: Any, source_rows: Any = None) -> None:

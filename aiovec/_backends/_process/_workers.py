@@ -30,6 +30,7 @@ __all__ = ["ProcessPending", "WorkerHandle"]
 
 _INBOX_SIZE = 1 << 16
 _HEADER_SIZE = HEADER.size
+_REPLY = int(Kind.REPLY)
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 
 
@@ -108,9 +109,9 @@ class WorkerHandle:
             # The hot path: one reply with nothing to report.
             kind, sequence, length = HEADER.unpack_from(self.inbox)
             expected, pending = self.outstanding[0]
-            if kind == Kind.REPLY and sequence == expected and not length:
+            if kind == _REPLY and sequence == expected and not length:
                 self.outstanding.popleft()
-                pending.deliver(self, b"")
+                pending.deliver_empty(self)
                 return
         for kind, sequence, payload in self.reader.feed(memoryview(self.inbox)[:size]):
             if not self.outstanding:
@@ -167,7 +168,8 @@ class WorkerHandle:
 class ProcessPending(Pending):
     """Replies to one request, delivered worker by worker."""
 
-    __slots__ = ("_backend", "_dead", "_future", "_owing", "_position", "sequence")
+    __slots__ = ("_backend", "_dead", "_future", "_in_place_step", "_owing", "_position",
+                 "sequence")
 
     def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
                  sequence: int, arrivals: Arrivals | None = None) -> None:
@@ -176,10 +178,14 @@ class ProcessPending(Pending):
         self.sequence = sequence
         self._owing: set[WorkerHandle] = set()
         self._dead: list[WorkerHandle] = []
+        every_env = backend.every_env
         # None: every sub-env, in order (position = env index), the common case.
         self._position: dict[int, int] | None = (
-            None if self.env_indices == backend.every_env
+            None if self.env_indices is every_env or self.env_indices == every_env
             else {env_index: position for position, env_index in enumerate(self.env_indices)})
+        self.quiet = op is Op.STEP and backend.buffers is not None
+        #: A full step written in place: an empty reply just marks its sub-envs answered.
+        self._in_place_step = self.quiet and self._position is None and arrivals is None
         self._future: asyncio.Future[None] | None = None
         if backend.loop is not None:
             self._future = backend.loop.create_future()
@@ -200,11 +206,25 @@ class ProcessPending(Pending):
         if not self._owing and self._future is not None and not self._future.done():
             self._future.set_result(None)
 
+    def deliver_empty(self, worker: WorkerHandle) -> None:
+        """``deliver(worker, b"")``, the hot path of a step: a reply with nothing in it."""
+        if not self._in_place_step:
+            self.deliver(worker, b"")
+            return
+        hosted = worker.env_indices
+        self.replies[hosted.start:hosted.stop] = [None] * len(hosted)
+        owing = self._owing
+        owing.discard(worker)
+        future = self._future
+        if not owing and future is not None and not future.done():
+            future.set_result(None)
+
     def deliver(self, worker: WorkerHandle, payload: bytes) -> None:
         """Store one worker's reply (decoded according to the request)."""
         try:
             self._store(worker, payload)
         except Exception as error:  # a reply that cannot be decoded: fail its sub-envs
+            self.quiet = False
             for env_index in self.hosted_by(worker):
                 self.replies[self.position(env_index)] = Failure(
                     env_index, self.op.value, error,
@@ -228,6 +248,8 @@ class ProcessPending(Pending):
     def _store(self, worker: WorkerHandle, payload: bytes) -> None:
         replies = self.replies
         if self.op is Op.STEP:
+            if payload:
+                self.quiet = False
             if self._position is None:
                 hosted = worker.env_indices
                 if self._backend.buffers is not None:
@@ -257,6 +279,7 @@ class ProcessPending(Pending):
         A first-ready request cannot wait for that: its failures land at once, with the
         exit status if it is known already.
         """
+        self.quiet = False
         if self.arrivals is not None:
             self._fail_hosted(worker)
             self._land(worker)
@@ -273,7 +296,10 @@ class ProcessPending(Pending):
 
     async def wait(self) -> None:
         try:
-            await self._replies_or_deaths()
+            if self._owing and self._future is not None:  # asyncio: the callbacks answer
+                await self._future
+            else:
+                await self._replies_or_deaths()
             for worker in self._dead:  # its exit status makes the failure's message
                 await self._backend.reap(worker)
         finally:
@@ -284,11 +310,10 @@ class ProcessPending(Pending):
             self._dead.clear()
 
     async def _replies_or_deaths(self) -> None:
-        """Return once every worker addressed has replied or died."""
+        """Return once every worker addressed has replied or died, where no readiness
+        callback answers the future (or nothing is owed any more)."""
         if not self._owing:  # answered already, or addressed to no live worker at all
             await anyio.lowlevel.checkpoint()
-        elif self._future is not None:
-            await self._future
         else:  # no readiness callbacks (trio): read the workers' sockets in turn
             # A cancellation point even when every reply is in already, as on asyncio.
             await anyio.lowlevel.checkpoint_if_cancelled()
