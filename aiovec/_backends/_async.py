@@ -93,7 +93,7 @@ class _AsyncSlot:
                               dict(getattr(env, "metadata", {})),
                               getattr(env, "render_mode", None))
 
-    def _live_env(self) -> Any:
+    def live_env(self) -> Any:
         if self.env is None:
             raise RuntimeError(f"sub-env {self.env_index} is not running")
         return self.env
@@ -101,35 +101,31 @@ class _AsyncSlot:
     async def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> Any:
         seed, options = request
         self.autoreset.explicitly_reset()
-        env = self._live_env()
+        env = self.live_env()
         obs, info = await env.reset(seed=seed, options=options)
         return obs, info, getattr(env, "np_random_seed", None)
 
-    async def step(self, action: Any) -> Any:
-        """Step with autoreset (the hot path: called straight from the host task)."""
-        started = time.perf_counter()
-        try:
-            env = self._live_env()
-            if self.autoreset.reset_instead_of_step():
-                obs, info = await env.reset()
-                return obs, 0.0, False, False, info, None
-            obs, reward, terminated, truncated, info = await env.step(action)
-            if self.autoreset.reset_now(terminated, truncated):
-                final = {"final_obs": obs, "final_info": info}
-                obs, info = await env.reset()
-                return obs, reward, terminated, truncated, info, final
-            return obs, reward, terminated, truncated, info, None
-        finally:
-            self.step_timer(started)
+    async def reset_instead_of_step(self, env: Any) -> Any:
+        """The step after an episode's end, in next-step mode: a reset."""
+        obs, info = await env.reset()
+        return obs, 0.0, False, False, info, None
+
+    async def reset_after_step(self, env: Any, outcome: Any) -> Any:
+        """A step that ended its episode, in same-step mode: the reset's observation and
+        info, the step's own as ``final``."""
+        obs, reward, terminated, truncated, info, _ = outcome
+        final = {"final_obs": obs, "final_info": info}
+        obs, info = await env.reset()
+        return obs, reward, terminated, truncated, info, final
 
     async def _call(self, request: CallRequest | None) -> Any:
         if request is None:  # a call aimed at other sub-envs
             return None
         target, args, kwargs = request
         if callable(target):
-            result = target(self._live_env(), *args, **kwargs)
+            result = target(self.live_env(), *args, **kwargs)
         else:
-            attribute = self._live_env().get_wrapper_attr(target)
+            attribute = self.live_env().get_wrapper_attr(target)
             if not callable(attribute):
                 return attribute
             result = attribute(*args, **kwargs)
@@ -138,7 +134,7 @@ class _AsyncSlot:
     async def _set_attr(self, request: tuple[str, Any] | None) -> None:
         if request is not None:  # None: aimed at other sub-envs
             name, value = request
-            self._live_env().set_wrapper_attr(name, value)
+            self.live_env().set_wrapper_attr(name, value)
 
     async def _close(self, _: None) -> None:
         env, self.env = self.env, None
@@ -343,6 +339,7 @@ class AsyncBackend(Backend):
         permit is handed on all the same.
         """
         park, cancelled = self._hosts.park, self._cancelled
+        step_op, perf_counter = Op.STEP, time.perf_counter
         try:
             while True:
                 if not slot.turn:
@@ -350,19 +347,32 @@ class AsyncBackend(Backend):
                         return  # closed, or given up on and its env closed
                     await park(slot)
                 slot.running = True
-                if slot.jobs:
-                    op, payload, pending, position = slot.jobs.popleft()
-                    try:
-                        if op is Op.STEP:
-                            reply = await slot.step(payload)
-                        else:
-                            reply = await _HANDLERS[op](slot, payload)
-                    except cancelled:
-                        raise
-                    except BaseException as exc:  # SystemExit & co. from the env: its failure
-                        reply = Failure.capture(slot.env_index, op.value, exc)
-                    if pending is not None and not slot.discarded:
-                        pending.deliver(position, reply)
+                if not slot.jobs:  # withdrawn: the sub-env was given up on meanwhile
+                    self._end_turn(slot)
+                    continue
+                op, payload, pending, position = slot.jobs.popleft()
+                try:
+                    if op is not step_op:
+                        reply = await _HANDLERS[op](slot, payload)
+                    else:  # inline (the hot path): a coroutine per step would cost ~0.3 us
+                        started = perf_counter()
+                        try:
+                            env, autoreset = slot.live_env(), slot.autoreset
+                            if autoreset.reset_instead_of_step():
+                                reply = await slot.reset_instead_of_step(env)
+                            else:
+                                obs, reward, terminated, truncated, info = await env.step(payload)
+                                reply = obs, reward, terminated, truncated, info, None
+                                if autoreset.reset_now(terminated, truncated):
+                                    reply = await slot.reset_after_step(env, reply)
+                        finally:
+                            slot.step_timer(started)
+                except cancelled:
+                    raise
+                except BaseException as exc:  # SystemExit & co. from the env: its failure
+                    reply = Failure.capture(slot.env_index, op.value, exc)
+                if pending is not None and not slot.discarded:
+                    pending.deliver(position, reply)
                 self._end_turn(slot)
         finally:
             slot.host = None  # first: a request still to serve needs a new host
@@ -375,7 +385,10 @@ class AsyncBackend(Backend):
     def _end_turn(self, slot: _AsyncSlot) -> None:
         slot.running = slot.turn = False
         self._running -= 1
-        self._next_job(slot)
+        if slot.jobs or slot.discarded or self._waiting:
+            self._next_job(slot)
+        else:  # what _next_job concludes, sooner (the hot path)
+            slot.busy = False
 
     def _next_job(self, slot: _AsyncSlot) -> None:
         """A slot's turn is over: queue its next request (a discarded slot's next one closes
