@@ -2,9 +2,10 @@
 
 Each round runs the script once from the old checkout and once from this one (the order
 alternates between rounds, so drift of a noisy machine hits both alike), each importing its
-own ``aiovec`` (``PYTHONPATH``). Every table row with a "vs SyncVectorEnv" column is compared:
-that ratio is measured within each run, against a contender that did not change, so it
-cancels what the machine did meanwhile. The report gives each side's median ratio, the
+own ``aiovec`` (``PYTHONPATH``). Every table row with a "vs SyncVectorEnv" column (or another
+of ``RATIO_COLUMNS``, e.g. "time vs bare gather") is compared: that ratio is measured within
+each run, against a contender that did not change, so it cancels what the machine did
+meanwhile. The report gives each side's median ratio, the
 per-round values, and new/old.
 
 Run (the old commit checked out beside this one, e.g. ``git worktree add /tmp/old <commit>``)::
@@ -32,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 #: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
 #: value is better (throughput ratio) or worse (time ratio).
 RATIO_COLUMNS = {"vs SyncVectorEnv": True, "time vs SyncVectorEnv": False,
-                 "time vs bare gather": False}
+                 "time vs bare gather": False, "CPU time vs bare gather": False}
 
 Row = tuple[str, str]  # (section, row label)
 
@@ -54,7 +55,8 @@ def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path,
 
 
 def ratios(report: str) -> dict[Row, tuple[float, bool]]:
-    """Every ratio against SyncVectorEnv in a report's markdown tables, by section and row."""
+    """Every within-run ratio (``RATIO_COLUMNS``) in a report's markdown tables, by section
+    and row."""
     found: dict[Row, tuple[float, bool]] = {}
     section, header = "", list[str]()
     for line in report.splitlines():
@@ -80,6 +82,8 @@ def ratios(report: str) -> dict[Row, tuple[float, bool]]:
                 f"{cells[0]}, {cells[header.index('num_envs')]} envs")
             if "loop" in header:
                 label += f", {cells[header.index('loop')]}"
+            if len(RATIO_COLUMNS.keys() & set(header)) > 1:  # say which ratio it is
+                label += f" ({column})"
             found[(section[:60], label)] = (float(match.group(1)), higher_is_better)
     return found
 
