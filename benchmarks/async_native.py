@@ -16,15 +16,17 @@
 4. Loop lag while 32 process-backed CartPole envs step continuously: p99 lateness of a 1 ms
    probe coroutine on the same loop (target ≤ 5 ms) and the steps/s meanwhile; Gymnasium's
    vector envs stepped through ``asyncio.to_thread`` as peers, and the idle loop for scale.
-5. Coroutine envs against a bare gather, paired: 500 envs awaiting 5 ms and 10,000 awaiting
-   1 ms per step, on asyncio and uvloop. One event loop holds the envs, an
-   ``AsyncVectorEnv(backend="async")`` over those very instances, and a bare
-   ``asyncio.gather(*(env.step(a) for env, a in zip(envs, actions)))`` (nothing stacked);
-   the two alternate step by step (the order swapped every step), so both see the same
-   machine. Figures: the median wall time per vector step of each and their ratio (target
+5. Coroutine envs against a bare gather: 500 envs awaiting 5 ms and 10,000 awaiting 1 ms per
+   step, on asyncio and uvloop, ``await envs.step`` on ``backend="async"`` against a bare
+   ``asyncio.gather(*(env.step(a) for env, a in zip(envs, actions)))`` (nothing stacked).
+   Two ways: in one process, where one event loop holds the envs, an ``AsyncVectorEnv`` over
+   those very instances and the gather, stepped alternately (the order swapped every step,
+   so both see the same machine; but they share a heap, and the garbage collector's work);
+   and each in a fresh process of its own, one after the other (the order swapped every
+   repeat). Figures: the median wall time per vector step of each and their ratio (target
    ≤ 1.05x), and the same for process CPU time.
 
-Run it (about 6 minutes; ``--quick`` for a ~30 s smoke run)::
+Run it (about 7 minutes; ``--quick`` for a ~35 s smoke run)::
 
     .venv/bin/python benchmarks/async_native.py [--quick] [--repeats N] [--seconds S]
         [--sections 1,2,3,4,5] [--gym-envs 32,256] [--coroutine-envs N] [--loop uvloop|asyncio]
@@ -55,6 +57,7 @@ import functools
 import gc
 import importlib
 import importlib.util
+import json
 import operator
 import os
 import platform
@@ -62,6 +65,7 @@ import queue
 import random
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -498,6 +502,23 @@ async def time_paired(step: Callable[[Any], Awaitable[object]],
     return Sample(steps_per_second=num_envs / medians[0], latency=medians[0], paired=paired)
 
 
+async def time_each_step(step: Callable[[Any], Awaitable[object]], actions: Sequence[Any],
+                         plan: Plan) -> tuple[float, float, int]:
+    """``step`` alone, after 3 warm-up steps, for ``plan.seconds`` (at least
+    ``plan.min_steps``): the median wall and process CPU time per step, and the step count."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    for index in range(3):
+        await step(actions[index % len(actions)])
+    deadline = time.perf_counter() + plan.seconds
+    while time.perf_counter() < deadline or len(wall) < plan.min_steps:
+        started, started_cpu = time.perf_counter(), time.process_time()
+        await step(actions[len(wall) % len(actions)])
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return statistics.median(wall), statistics.median(cpu), len(wall)
+
+
 # ----------------------------------------------------------------------------- runners
 
 
@@ -628,6 +649,58 @@ def run_paired_with_gather(num_envs: int, seconds_per_step: float, loop: str) ->
     return run
 
 
+ALONE = ("aiovec", "gather")  # what a process of section 5's "alone" rows runs
+
+
+def run_alone(which: str, num_envs: int, loop: str, plan: Plan) -> tuple[float, float, int]:
+    """In this process: ``which`` of ``ALONE`` over ``num_envs`` coroutine envs, timed by
+    ``time_each_step``."""
+    seconds_per_step = paired_seconds(num_envs)
+
+    async def main() -> tuple[float, float, int]:
+        sub_envs = [AsyncSleepEnv(seconds_per_step) for _ in range(num_envs)]
+        actions = action_batches(num_envs)
+        if which == "gather":
+            for index, env in enumerate(sub_envs):
+                await env.reset(seed=index)
+            return await time_each_step(
+                lambda batch: asyncio.gather(*(env.step(action)
+                                               for env, action in zip(sub_envs, batch))),
+                actions, plan)
+        async with aiovec.AsyncVectorEnv([lambda env=env: env for env in sub_envs],
+                                         backend="async") as envs:
+            await envs.reset(seed=0)
+            return await time_each_step(envs.step, actions, plan)
+
+    return on_loop(loop, main)
+
+
+def run_alone_against_gather(num_envs: int, loop: str) -> Runner:
+    """Section 5: aiovec and the bare gather each in a fresh process of its own (the order
+    swapped every repeat), so neither pays for the other's objects."""
+    order = list(ALONE)
+
+    def run(plan: Plan) -> Sample:
+        measured = {}
+        for which in order:
+            command = [sys.executable, str(Path(__file__).resolve()), "--alone", which,
+                       "--paired-envs", str(num_envs), "--loop", loop,
+                       "--seconds", str(plan.seconds), "--alone-min-steps", str(plan.min_steps)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False,
+                                  timeout=plan.cell_timeout)
+            if done.returncode:
+                raise RuntimeError(f"{which} alone failed: {done.stderr.strip()[-300:]}")
+            measured[which] = json.loads(done.stdout.strip().splitlines()[-1])
+        order.reverse()
+        ours, theirs = measured["aiovec"], measured["gather"]
+        paired = Paired(ours["wall"], theirs["wall"], ours["cpu"], theirs["cpu"],
+                        min(ours["steps"], theirs["steps"]))
+        return Sample(steps_per_second=num_envs / ours["wall"], latency=ours["wall"],
+                      paired=paired)
+
+    return run
+
+
 def run_idle_probe(loop: str) -> Runner:
     """The probe alone on an idle loop: its own lateness, the floor of every lag figure."""
 
@@ -712,7 +785,8 @@ SEND_RECV = "send/recv (first-ready)"
 AIOVEC_PROCESS = "aiovec process (await envs.step)"
 GYM_ASYNC_THREAD = "Gymnasium AsyncVectorEnv (shm) via asyncio.to_thread"
 GYM_SYNC_THREAD = "Gymnasium SyncVectorEnv via asyncio.to_thread"
-AIOVEC_VS_GATHER = "aiovec async (await envs.step) vs bare asyncio.gather"
+AIOVEC_VS_GATHER = "aiovec async vs bare gather: one process, step by step"
+AIOVEC_VS_GATHER_ALONE = "aiovec async vs bare gather: each in a process of its own"
 
 
 def section_1(args: argparse.Namespace, notes: list[str]) -> list[Contender]:
@@ -802,13 +876,18 @@ def section_5(args: argparse.Namespace, notes: list[str]) -> list[Contender]:
     loops = ["asyncio", "uvloop"] if HAVE_UVLOOP else ["asyncio"]
     if not HAVE_UVLOOP:
         notes.append("Section 5: uvloop is not installed; asyncio rows only")
-    notes.append("Section 5: the bare gather runs in the process that holds the vector env, so "
-                 "it pays its share of the garbage collector's passes over aiovec's objects "
-                 "too (at 10,000 envs the collector takes a large share of both); section 2 "
-                 "measures each in a loop of its own")
-    return [Contender(5, AIOVEC_VS_GATHER, num_envs, loop,
-                      run_paired_with_gather(num_envs, paired_seconds(num_envs), loop))
-            for num_envs in args.paired_envs for loop in loops]
+    notes.append("Section 5, one process: the bare gather steps in the process that holds the "
+                 "vector env, so it also pays for the garbage collector's passes over aiovec's "
+                 "objects, and for collections aiovec's steps made due (at 10,000 envs the "
+                 "collector takes about half of every step): that row flatters aiovec at "
+                 "scale. The rows with each in a process of its own do not share a heap, but "
+                 "time whole runs, not interleaved steps: their spread is wider")
+    return [contender for num_envs in args.paired_envs for loop in loops
+            for contender in (
+                Contender(5, AIOVEC_VS_GATHER, num_envs, loop,
+                          run_paired_with_gather(num_envs, paired_seconds(num_envs), loop)),
+                Contender(5, AIOVEC_VS_GATHER_ALONE, num_envs, loop,
+                          run_alone_against_gather(num_envs, loop)))]
 
 
 def paired_seconds(num_envs: int) -> float:
@@ -906,7 +985,9 @@ def machine_info(args: argparse.Namespace, plan: Plan, repeats: int,
         f"each after up to {plan.warmup_steps} warm-up steps; sections 1, 3 and 4 on "
         f"{args.loop}; steps/s = sub-env steps per wall second; ratios are ratios of medians; "
         "spread = (max - min) / median over repeats; lag = how late a coroutine looping on "
-        f"`anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window",
+        f"`anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window; section 5: within "
+        "each repeat the ratio of the two medians over steps taken alternately (after 3 "
+        "warm-up pairs), then the median of those ratios over repeats",
     ]
 
 
@@ -1005,7 +1086,7 @@ def table_4(contenders: Sequence[Contender], results: Results) -> list[str]:
 def table_5(contenders: Sequence[Contender], results: Results) -> list[str]:
     lines = ["| contender | num_envs | each env's step | loop | aiovec ms per vector step "
              "| bare gather ms | time vs bare gather | per repeat | CPU time vs bare "
-             "gather | pairs per repeat |", "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
+             "gather | steps per repeat |", "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
     for contender in contenders:
         key = contender.key
         ratios = results.values(key, paired_ratio)
@@ -1088,9 +1169,10 @@ def target_checks(contenders: Sequence[Contender], results: Results, loop: str) 
     for contender in contenders:
         if contender.section == 5:
             per_repeat = results.values(contender.key, paired_ratio)
+            where = "one process" if contender.name == AIOVEC_VS_GATHER else "own processes"
             checks.append(Check(
-                f"{contender.num_envs} coroutine envs on {contender.loop}, aiovec async: "
-                "vector step / bare gather", results.median(contender.key, paired_ratio),
+                f"{contender.num_envs} coroutine envs on {contender.loop} ({where}), aiovec "
+                "async: vector step / bare gather", results.median(contender.key, paired_ratio),
                 GATHER_TARGET, True, [per_repeat[r] for r in sorted(per_repeat)]))
     key = (4, AIOVEC_PROCESS, LAG_ENVS, loop)
     if key in keys:
@@ -1123,7 +1205,7 @@ def report(contenders: Sequence[Contender], results: Results, header: list[str],
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 repeat, short measurements (~20 s)")
+                        help="smoke run: 1 repeat, short measurements (~35 s)")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (5)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="seconds of timed stepping per measurement (1.0)")
@@ -1141,6 +1223,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--paired-envs", default="500,10000",
                         help="comma-separated sizes of section 5 (500,10000; a size other than "
                              "those steps 1 ms)")
+    parser.add_argument("--alone", choices=ALONE, help=argparse.SUPPRESS)  # section 5's child
+    parser.add_argument("--alone-min-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"],
                         default="uvloop" if HAVE_UVLOOP else "asyncio",
                         help="event loop of sections 1, 3 and 4 (uvloop when installed)")
@@ -1160,6 +1244,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.alone:  # a child process of section 5: one measurement, printed as JSON
+        plan = Plan(seconds=args.seconds or 1.0, min_steps=args.alone_min_steps)
+        wall, cpu, steps = run_alone(args.alone, args.paired_envs[0], args.loop, plan)
+        print(json.dumps({"wall": wall, "cpu": cpu, "steps": steps}))
+        return
     repeats = args.repeats or (1 if args.quick else 5)
     plan = Plan(seconds=args.seconds or (0.3 if args.quick else 1.0))
     if args.quick:
