@@ -16,11 +16,26 @@
 4. Loop lag while 32 process-backed CartPole envs step continuously: p99 lateness of a 1 ms
    probe coroutine on the same loop (target ≤ 5 ms) and the steps/s meanwhile; Gymnasium's
    vector envs stepped through ``asyncio.to_thread`` as peers, and the idle loop for scale.
+5. Coroutine envs against a bare gather: 500 envs awaiting 5 ms and 10,000 awaiting 1 ms per
+   step, on asyncio and uvloop, ``await envs.step`` on ``backend="async"`` against a bare
+   ``asyncio.gather(*(env.step(a) for env, a in zip(envs, actions)))`` (nothing stacked).
+   Two ways: in one process, where one event loop holds the envs, an ``AsyncVectorEnv`` over
+   those very instances and the gather, stepped alternately (the order swapped every step,
+   so both see the same machine; but they share a heap, and the garbage collector's work);
+   and each in a fresh process of its own, one after the other (the order swapped every
+   repeat). Figures: the median wall time per vector step of each and their ratio (target
+   ≤ 1.05x), and the same for process CPU time.
 
-Run it (about 5 minutes; ``--quick`` for a ~20 s smoke run)::
+Run it (about 7 minutes; ``--quick`` for a ~35 s smoke run)::
 
     .venv/bin/python benchmarks/async_native.py [--quick] [--repeats N] [--seconds S]
-        [--sections 1,2,3,4] [--gym-envs 32,256] [--coroutine-envs N] [--loop uvloop|asyncio]
+        [--sections 1,2,3,4,5] [--gym-envs 32,256] [--coroutine-envs N] [--loop uvloop|asyncio]
+        [--paired-envs 500,10000]
+
+Before/after in one run, with this script measuring the old checkout's aiovec too::
+
+    .venv/bin/python benchmarks/compare.py --old /tmp/old --same-script --rounds 3 -- \
+        async_native.py --sections 5 --repeats 3 --output /tmp/async-native
 
 Method: every measurement builds its contender on a fresh event loop, resets it, warms it up,
 steps it for ``--seconds`` of wall time, then closes it. Repeats are interleaved (every
@@ -42,12 +57,15 @@ import functools
 import gc
 import importlib
 import importlib.util
+import json
+import operator
 import os
 import platform
 import queue
 import random
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -78,11 +96,14 @@ FIRST_READY_ENVS, FIRST_READY_BATCH = 32, 16  # section 3
 HEAVY_TAIL_MEDIAN, HEAVY_TAIL_SIGMA = 0.003, 0.8  # log-normal step time, seconds...
 HEAVY_TAIL_CLIP = (0.001, 0.020)  # ...clipped to 1-20 ms
 LAG_ENVS = 32  # section 4
+#: Section 5: how long each coroutine env's step awaits, by number of envs.
+PAIRED_SECONDS = {500: 0.005, 10_000: 0.001}
 
 # Targets (reported, never asserted).
 LATENCY_TARGET = 1.2  # section 1: vector step / one env's step, at most
 FIRST_READY_TARGET = 1.5  # section 3: send/recv steps/s / full-batch steps/s, at least
 LAG_P99_TARGET = 0.005  # section 4: p99 probe lateness with the process backend, at most
+GATHER_TARGET = 1.05  # section 5: aiovec's vector step / a bare gather's, at most
 
 SECTION_TITLES = {
     1: f"1. I/O-bound latency: {IO_ENVS} sub-envs sleeping "
@@ -91,6 +112,7 @@ SECTION_TITLES = {
     3: f"3. First-ready batches: {FIRST_READY_ENVS} envs with 1-20 ms heavy-tailed steps, "
        f"batch_size={FIRST_READY_BATCH}",
     4: f"4. Event-loop lag while {LAG_ENVS} CartPole-v1 envs step continuously",
+    5: "5. Coroutine envs: aiovec's async backend against a bare asyncio.gather, step by step",
 }
 
 T = TypeVar("T")
@@ -264,6 +286,27 @@ class Sample:
     latency: float | None  # median seconds per vector step (or per recv batch)
     lag: Lag | None = None
     repeat: int = 0  # which repeat measured it (set by ``measure``)
+    paired: Paired | None = None  # section 5: the reference measured step by step beside it
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Section 5: medians over the steps of one measurement, seconds per vector step, of the
+    contender and of the reference it alternated with (wall and process CPU time)."""
+
+    wall: float
+    reference_wall: float
+    cpu: float
+    reference_cpu: float
+    pairs: int
+
+    @property
+    def ratio(self) -> float:
+        return self.wall / self.reference_wall
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.cpu / self.reference_cpu
 
 
 Runner = Callable[[Plan], Sample]
@@ -316,6 +359,18 @@ def lag_p99(sample: Sample) -> float | None:
 
 def lag_max(sample: Sample) -> float | None:
     return sample.lag.max if sample.lag else None
+
+
+def paired_ratio(sample: Sample) -> float | None:
+    return sample.paired.ratio if sample.paired else None
+
+
+def paired_cpu_ratio(sample: Sample) -> float | None:
+    return sample.paired.cpu_ratio if sample.paired else None
+
+
+def reference_latency(sample: Sample) -> float | None:
+    return sample.paired.reference_wall if sample.paired else None
 
 
 # --------------------------------------------------------------------------- timed loops
@@ -418,6 +473,50 @@ async def time_first_ready(envs: aiovec.AsyncVectorEnv, plan: Plan) -> Sample:
     async for _ in envs.batches():  # drain what is still in flight, untimed
         pass
     return _sample(stamps, envs.num_envs, steps=steps)
+
+
+async def time_paired(step: Callable[[Any], Awaitable[object]],
+                      reference: Callable[[Any], Awaitable[object]], actions: Sequence[Any],
+                      num_envs: int, plan: Plan) -> Sample:
+    """Alternate ``step`` and ``reference`` step by step (which goes first swaps every step)
+    for ``plan.seconds``, after ``plan.warmup_steps`` pairs: wall and process CPU time of
+    each vector step. The sample's rate and latency are ``step``'s."""
+    contenders = (step, reference)
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
+    warmup = min(plan.warmup_steps, 3)
+    deadline = None
+    index = 0
+    while deadline is None or time.perf_counter() < deadline or index - warmup < plan.min_steps:
+        if index == warmup:
+            deadline = time.perf_counter() + plan.seconds
+        for which in ((0, 1) if index % 2 == 0 else (1, 0)):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            await contenders[which](actions[index % len(actions)])
+            if index >= warmup:
+                wall[which].append(time.perf_counter() - started)
+                cpu[which].append(time.process_time() - started_cpu)
+        index += 1
+    medians = [statistics.median(values) for values in (*wall, *cpu)]
+    paired = Paired(medians[0], medians[1], medians[2], medians[3], len(wall[0]))
+    return Sample(steps_per_second=num_envs / medians[0], latency=medians[0], paired=paired)
+
+
+async def time_each_step(step: Callable[[Any], Awaitable[object]], actions: Sequence[Any],
+                         plan: Plan) -> tuple[float, float, int]:
+    """``step`` alone, after 3 warm-up steps, for ``plan.seconds`` (at least
+    ``plan.min_steps``): the median wall and process CPU time per step, and the step count."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    for index in range(3):
+        await step(actions[index % len(actions)])
+    deadline = time.perf_counter() + plan.seconds
+    while time.perf_counter() < deadline or len(wall) < plan.min_steps:
+        started, started_cpu = time.perf_counter(), time.process_time()
+        await step(actions[len(wall) % len(actions)])
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return statistics.median(wall), statistics.median(cpu), len(wall)
 
 
 # ----------------------------------------------------------------------------- runners
@@ -525,6 +624,83 @@ def run_naive_gather(num_envs: int, seconds_per_step: float, loop: str, *,
     return run
 
 
+def run_paired_with_gather(num_envs: int, seconds_per_step: float, loop: str) -> Runner:
+    """Section 5: ``await envs.step`` on the async backend against a bare ``asyncio.gather``
+    of the same envs' steps, alternating, on one loop."""
+
+    def run(plan: Plan) -> Sample:
+        async def main() -> Sample:
+            with anyio.fail_after(plan.cell_timeout):
+                sub_envs = [AsyncSleepEnv(seconds_per_step) for _ in range(num_envs)]
+                factories = [functools.partial(operator.getitem, sub_envs, index)
+                             for index in range(num_envs)]
+
+                async def bare_gather(actions: Actions) -> object:
+                    return await asyncio.gather(*(env.step(action)
+                                                  for env, action in zip(sub_envs, actions)))
+
+                async with aiovec.AsyncVectorEnv(factories, backend="async") as envs:
+                    await envs.reset(seed=0)
+                    return await time_paired(envs.step, bare_gather,
+                                             action_batches(num_envs), num_envs, plan)
+
+        return on_loop(loop, main)
+
+    return run
+
+
+ALONE = ("aiovec", "gather")  # what a process of section 5's "alone" rows runs
+
+
+def run_alone(which: str, num_envs: int, loop: str, plan: Plan) -> tuple[float, float, int]:
+    """In this process: ``which`` of ``ALONE`` over ``num_envs`` coroutine envs, timed by
+    ``time_each_step``."""
+    seconds_per_step = paired_seconds(num_envs)
+
+    async def main() -> tuple[float, float, int]:
+        sub_envs = [AsyncSleepEnv(seconds_per_step) for _ in range(num_envs)]
+        actions = action_batches(num_envs)
+        if which == "gather":
+            for index, env in enumerate(sub_envs):
+                await env.reset(seed=index)
+            return await time_each_step(
+                lambda batch: asyncio.gather(*(env.step(action)
+                                               for env, action in zip(sub_envs, batch))),
+                actions, plan)
+        async with aiovec.AsyncVectorEnv([lambda env=env: env for env in sub_envs],
+                                         backend="async") as envs:
+            await envs.reset(seed=0)
+            return await time_each_step(envs.step, actions, plan)
+
+    return on_loop(loop, main)
+
+
+def run_alone_against_gather(num_envs: int, loop: str) -> Runner:
+    """Section 5: aiovec and the bare gather each in a fresh process of its own (the order
+    swapped every repeat), so neither pays for the other's objects."""
+    order = list(ALONE)
+
+    def run(plan: Plan) -> Sample:
+        measured = {}
+        for which in order:
+            command = [sys.executable, str(Path(__file__).resolve()), "--alone", which,
+                       "--paired-envs", str(num_envs), "--loop", loop,
+                       "--seconds", str(plan.seconds), "--alone-min-steps", str(plan.min_steps)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False,
+                                  timeout=plan.cell_timeout)
+            if done.returncode:
+                raise RuntimeError(f"{which} alone failed: {done.stderr.strip()[-300:]}")
+            measured[which] = json.loads(done.stdout.strip().splitlines()[-1])
+        order.reverse()
+        ours, theirs = measured["aiovec"], measured["gather"]
+        paired = Paired(ours["wall"], theirs["wall"], ours["cpu"], theirs["cpu"],
+                        min(ours["steps"], theirs["steps"]))
+        return Sample(steps_per_second=num_envs / ours["wall"], latency=ours["wall"],
+                      paired=paired)
+
+    return run
+
+
 def run_idle_probe(loop: str) -> Runner:
     """The probe alone on an idle loop: its own lateness, the floor of every lag figure."""
 
@@ -609,6 +785,8 @@ SEND_RECV = "send/recv (first-ready)"
 AIOVEC_PROCESS = "aiovec process (await envs.step)"
 GYM_ASYNC_THREAD = "Gymnasium AsyncVectorEnv (shm) via asyncio.to_thread"
 GYM_SYNC_THREAD = "Gymnasium SyncVectorEnv via asyncio.to_thread"
+AIOVEC_VS_GATHER = "aiovec async vs bare gather: one process, step by step"
+AIOVEC_VS_GATHER_ALONE = "aiovec async vs bare gather: each in a process of its own"
 
 
 def section_1(args: argparse.Namespace, notes: list[str]) -> list[Contender]:
@@ -694,8 +872,31 @@ def section_4(args: argparse.Namespace, notes: list[str]) -> list[Contender]:
     ]
 
 
+def section_5(args: argparse.Namespace, notes: list[str]) -> list[Contender]:
+    loops = ["asyncio", "uvloop"] if HAVE_UVLOOP else ["asyncio"]
+    if not HAVE_UVLOOP:
+        notes.append("Section 5: uvloop is not installed; asyncio rows only")
+    notes.append("Section 5, one process: the bare gather steps in the process that holds the "
+                 "vector env, so it also pays for the garbage collector's passes over aiovec's "
+                 "objects, and for collections aiovec's steps made due (at 10,000 envs the "
+                 "collector takes about half of every step): that row flatters aiovec at "
+                 "scale. The rows with each in a process of its own do not share a heap, but "
+                 "time whole runs, not interleaved steps: their spread is wider")
+    return [contender for num_envs in args.paired_envs for loop in loops
+            for contender in (
+                Contender(5, AIOVEC_VS_GATHER, num_envs, loop,
+                          run_paired_with_gather(num_envs, paired_seconds(num_envs), loop)),
+                Contender(5, AIOVEC_VS_GATHER_ALONE, num_envs, loop,
+                          run_alone_against_gather(num_envs, loop)))]
+
+
+def paired_seconds(num_envs: int) -> float:
+    """Section 5's step time for ``num_envs``: as in ``PAIRED_SECONDS``, else 1 ms."""
+    return PAIRED_SECONDS.get(num_envs, 0.001)
+
+
 SECTIONS: dict[int, Callable[[argparse.Namespace, list[str]], list[Contender]]] = {
-    1: section_1, 2: section_2, 3: section_3, 4: section_4,
+    1: section_1, 2: section_2, 3: section_3, 4: section_4, 5: section_5,
 }
 
 
@@ -784,7 +985,9 @@ def machine_info(args: argparse.Namespace, plan: Plan, repeats: int,
         f"each after up to {plan.warmup_steps} warm-up steps; sections 1, 3 and 4 on "
         f"{args.loop}; steps/s = sub-env steps per wall second; ratios are ratios of medians; "
         "spread = (max - min) / median over repeats; lag = how late a coroutine looping on "
-        f"`anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window",
+        f"`anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window; section 5: within "
+        "each repeat the ratio of the two medians over steps taken alternately (after 3 "
+        "warm-up pairs), then the median of those ratios over repeats",
     ]
 
 
@@ -880,7 +1083,33 @@ def table_4(contenders: Sequence[Contender], results: Results) -> list[str]:
     return lines
 
 
-TABLES = {1: table_1, 2: table_2, 3: table_3, 4: table_4}
+def table_5(contenders: Sequence[Contender], results: Results) -> list[str]:
+    lines = ["| contender | num_envs | each env's step | loop | aiovec ms per vector step "
+             "| bare gather ms | time vs bare gather | per repeat | CPU time vs bare "
+             "gather | steps per repeat |", "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
+    for contender in contenders:
+        key = contender.key
+        ratios = results.values(key, paired_ratio)
+        pairs = [sample.paired.pairs for sample in results.samples.get(key, [])
+                 if sample.paired]
+        ratio = results.median(key, paired_ratio)
+        lines.append(
+            f"| {contender.name} | {contender.num_envs} | "
+            f"{paired_seconds(contender.num_envs) * 1e3:g} ms | {contender.loop} | "
+            f"{_first_cell(results, key, _ms(results.median(key, latency)))} | "
+            f"{_ms(results.median(key, reference_latency))} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}x'} | "
+            f"{' '.join(f'{ratios[r]:.2f}' for r in sorted(ratios)) or '—'} | "
+            f"{_x(results.median(key, paired_cpu_ratio))} | "
+            f"{statistics.median(pairs) if pairs else '—'} |")
+    return lines
+
+
+def _x(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
+TABLES = {1: table_1, 2: table_2, 3: table_3, 4: table_4, 5: table_5}
 
 
 @dataclass(frozen=True)
@@ -937,6 +1166,14 @@ def target_checks(contenders: Sequence[Contender], results: Results, loop: str) 
                 results, f"first-ready, aiovec {backend}: send/recv / full-batch steps/s", key,
                 (3, f"aiovec {backend}: {FULL_STEP}", FIRST_READY_ENVS, loop), rate,
                 FIRST_READY_TARGET, at_most=False))
+    for contender in contenders:
+        if contender.section == 5:
+            per_repeat = results.values(contender.key, paired_ratio)
+            where = "one process" if contender.name == AIOVEC_VS_GATHER else "own processes"
+            checks.append(Check(
+                f"{contender.num_envs} coroutine envs on {contender.loop} ({where}), aiovec "
+                "async: vector step / bare gather", results.median(contender.key, paired_ratio),
+                GATHER_TARGET, True, [per_repeat[r] for r in sorted(per_repeat)]))
     key = (4, AIOVEC_PROCESS, LAG_ENVS, loop)
     if key in keys:
         per_repeat = results.values(key, lag_p99)
@@ -968,11 +1205,11 @@ def report(contenders: Sequence[Contender], results: Results, header: list[str],
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 repeat, short measurements (~20 s)")
+                        help="smoke run: 1 repeat, short measurements (~35 s)")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (5)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="seconds of timed stepping per measurement (1.0)")
-    parser.add_argument("--sections", default="1,2,3,4",
+    parser.add_argument("--sections", default="1,2,3,4,5",
                         help="comma-separated subset of the sections to run (default: all)")
     parser.add_argument("--gym-envs", default=f"32,{IO_ENVS}",
                         help="comma-separated sizes (sub-envs = processes) of Gymnasium's "
@@ -983,6 +1220,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "(3; 1.3 s each; 0: no such row)")
     parser.add_argument("--coroutine-envs", type=int, default=None,
                         help="coroutine envs in section 2 (10,000)")
+    parser.add_argument("--paired-envs", default="500,10000",
+                        help="comma-separated sizes of section 5 (500,10000; a size other than "
+                             "those steps 1 ms)")
+    parser.add_argument("--alone", choices=ALONE, help=argparse.SUPPRESS)  # section 5's child
+    parser.add_argument("--alone-min-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"],
                         default="uvloop" if HAVE_UVLOOP else "asyncio",
                         help="event loop of sections 1, 3 and 4 (uvloop when installed)")
@@ -996,11 +1238,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.sync_steps = 2 if args.quick else 3
     if args.coroutine_envs is None:
         args.coroutine_envs = 10_000
+    args.paired_envs = [int(part) for part in args.paired_envs.split(",") if part.strip()]
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.alone:  # a child process of section 5: one measurement, printed as JSON
+        plan = Plan(seconds=args.seconds or 1.0, min_steps=args.alone_min_steps)
+        wall, cpu, steps = run_alone(args.alone, args.paired_envs[0], args.loop, plan)
+        print(json.dumps({"wall": wall, "cpu": cpu, "steps": steps}))
+        return
     repeats = args.repeats or (1 if args.quick else 5)
     plan = Plan(seconds=args.seconds or (0.3 if args.quick else 1.0))
     if args.quick:

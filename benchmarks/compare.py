@@ -2,15 +2,19 @@
 
 Each round runs the script once from the old checkout and once from this one (the order
 alternates between rounds, so drift of a noisy machine hits both alike), each importing its
-own ``aiovec`` (``PYTHONPATH``). Every table row with a "vs SyncVectorEnv" column is compared:
-that ratio is measured within each run, against a contender that did not change, so it
-cancels what the machine did meanwhile. The report gives each side's median ratio, the
+own ``aiovec`` (``PYTHONPATH``). Every table row with a "vs SyncVectorEnv" column (or another
+of ``RATIO_COLUMNS``, e.g. "time vs bare gather") is compared: that ratio is measured within
+each run, against a contender that did not change, so it cancels what the machine did
+meanwhile. The report gives each side's median ratio, the
 per-round values, and new/old.
 
 Run (the old commit checked out beside this one, e.g. ``git worktree add /tmp/old <commit>``)::
 
     .venv/bin/python benchmarks/compare.py --old /tmp/old --rounds 2 -- run.py --repeats 3
     .venv/bin/python benchmarks/compare.py --old /tmp/old --rounds 3 -- overhead.py --repeats 5
+
+``--same-script`` runs this checkout's script for both sides (each still importing its own
+``aiovec``): for a benchmark, or a section of one, that the old checkout does not have yet.
 """
 
 from __future__ import annotations
@@ -28,17 +32,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
 #: value is better (throughput ratio) or worse (time ratio).
-RATIO_COLUMNS = {"vs SyncVectorEnv": True, "time vs SyncVectorEnv": False}
+RATIO_COLUMNS = {"vs SyncVectorEnv": True, "time vs SyncVectorEnv": False,
+                 "time vs bare gather": False, "CPU time vs bare gather": False}
 
 Row = tuple[str, str]  # (section, row label)
 
 
-def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path) -> str:
-    """Run ``script`` from ``tree``'s ``benchmarks/`` with that tree's aiovec; the report text."""
+def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path,
+             script_tree: Path | None = None) -> str:
+    """Run ``script`` from ``script_tree``'s ``benchmarks/`` (default: ``tree``'s) with
+    ``tree``'s aiovec; the report text."""
     environment = dict(os.environ, PYTHONPATH=str(tree))
     extra = ["--output", str(output)] if script == "run.py" else []
+    benchmarks = (script_tree or tree) / "benchmarks"
     completed = subprocess.run(
-        [sys.executable, str(tree / "benchmarks" / script), *arguments, *extra],
+        [sys.executable, str(benchmarks / script), *arguments, *extra],
         cwd=tree, env=environment, capture_output=True, text=True, check=False)
     if completed.returncode:
         raise SystemExit(f"{script} in {tree} failed:\n{completed.stdout}\n{completed.stderr}")
@@ -47,7 +55,8 @@ def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path) ->
 
 
 def ratios(report: str) -> dict[Row, tuple[float, bool]]:
-    """Every ratio against SyncVectorEnv in a report's markdown tables, by section and row."""
+    """Every within-run ratio (``RATIO_COLUMNS``) in a report's markdown tables, by section
+    and row."""
     found: dict[Row, tuple[float, bool]] = {}
     section, header = "", list[str]()
     for line in report.splitlines():
@@ -71,6 +80,10 @@ def ratios(report: str) -> dict[Row, tuple[float, bool]]:
                 continue
             label = cells[0] if "num_envs" not in header else (
                 f"{cells[0]}, {cells[header.index('num_envs')]} envs")
+            if "loop" in header:
+                label += f", {cells[header.index('loop')]}"
+            if len(RATIO_COLUMNS.keys() & set(header)) > 1:  # say which ratio it is
+                label += f" ({column})"
             found[(section[:60], label)] = (float(match.group(1)), higher_is_better)
     return found
 
@@ -81,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--new", type=Path, default=HERE.parent,
                         help="the new checkout's root (default: this one)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--same-script", action="store_true",
+                        help="run the new checkout's script on both sides (each with its own "
+                             "aiovec)")
     parser.add_argument("script", help="a script in benchmarks/, e.g. run.py")
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the script's arguments")
     args = parser.parse_args(argv)
@@ -97,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"round {round_index + 1}/{args.rounds}: {side} ({sides[side]})",
                       flush=True)
                 for row, (ratio, better) in ratios(
-                        run_once(sides[side], args.script, arguments, output)).items():
+                        run_once(sides[side], args.script, arguments, output,
+                                 sides["new"] if args.same_script else None)).items():
                     values[side].setdefault(row, []).append(ratio)
                     direction[row] = better
     load = os.getloadavg()[0]
@@ -113,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"| {row[0]} | {row[1]} | {statistics.median(old):.2f}x; "
               f"{', '.join(f'{v:.2f}' for v in old)} | {statistics.median(new):.2f}x; "
               f"{', '.join(f'{v:.2f}' for v in new)} | {change:.2f} |")
-    print("\nnew/old > 1: the new checkout does better against SyncVectorEnv (time ratios are "
-          "inverted so that > 1 is better there too).")
+    print("\nnew/old > 1: the new checkout does better against its within-run reference "
+          "(SyncVectorEnv, or a bare gather; time ratios are inverted so that > 1 is better "
+          "there too).")
 
 
 if __name__ == "__main__":

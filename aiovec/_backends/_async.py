@@ -1,10 +1,17 @@
-"""The async backend: coroutine sub-envs (``AsyncEnv``) run as tasks on the event loop itself.
+"""The async backend: coroutine sub-envs (``AsyncEnv``) hosted by tasks on the event loop itself.
 
-No thread, no process: each request to a sub-env is a task on the caller's loop (a system task
-on trio, so requests run while nobody awaits them, as on the other backends). Requests to one
-sub-env run one after another, in order; ``max_concurrency`` caps how many sub-envs work at
-once, first come first served. A sub-env that misses a deadline has its task cancelled, so
-unlike a thread it really stops; it is made afresh by the next ``remake``.
+No thread, no process: each sub-env has a host task on the caller's loop for its whole life, as
+the thread backend gives each one a thread (a system task on trio, so requests run while nobody
+awaits them, as on the other backends). The host runs its sub-env's requests one after another,
+in order, and parks in between; a request wakes it. Waking a parked task costs less than
+starting one, so a vector step of coroutine envs costs less than a bare ``asyncio.gather`` of
+their steps, which starts a task per coroutine. ``max_concurrency`` caps how many sub-envs work
+at once, first come first served.
+
+A sub-env that misses a deadline has its host cancelled, so unlike a thread it really stops; a
+host of its own then closes it, and the next ``remake`` makes a new one. A sub-env's requests
+run in (a copy of) the context variables of the call that made it: ``start``, or the ``reset``
+that remade it.
 """
 
 from __future__ import annotations
@@ -45,8 +52,8 @@ class _Cancellable(Protocol):
 class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
-    __slots__ = ("autoreset", "busy", "cleanups", "discarded", "env", "env_index", "jobs",
-                 "running", "step_timer", "task", "untimed_steps")
+    __slots__ = ("autoreset", "busy", "cleanups", "discarded", "env", "env_index", "host",
+                 "jobs", "parked", "running", "step_timer", "turn", "untimed_steps")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
                  step_timer: Callable[[float], int], cleanups: CleanupTally) -> None:
@@ -60,11 +67,17 @@ class _AsyncSlot:
         #: Requests not started yet, in order; ``busy`` while one runs or awaits a permit.
         self.jobs: collections.deque[_Job] = collections.deque()
         self.busy = False
-        #: True while a request's task is inside ``_run_job`` (so cancelling it unwinds it).
+        #: Its host task (cancelling it cancels the request it runs), or None before it starts
+        #: and once it ended.
+        self.host: _Cancellable | None = None
+        #: How to wake the host while it is parked (``_Hosts.park``), else None.
+        self.parked: Any = None
+        #: True while the slot holds a permit: from being given a turn until the turn ends.
+        self.turn = False
+        #: True while its host runs a request (so cancelling the host cancels that request).
         self.running = False
         #: Given up on (deadline missed): its request is cancelled, its env then closed.
         self.discarded = False
-        self.task: _Cancellable | None = None
 
     async def _make(self, env_fn: Callable[[], Any]) -> EnvDescription:
         await self._close(None)
@@ -82,7 +95,7 @@ class _AsyncSlot:
                               dict(getattr(env, "metadata", {})),
                               getattr(env, "render_mode", None))
 
-    def _live_env(self) -> Any:
+    def live_env(self) -> Any:
         if self.env is None:
             raise RuntimeError(f"sub-env {self.env_index} is not running")
         return self.env
@@ -90,42 +103,31 @@ class _AsyncSlot:
     async def _reset(self, request: tuple[int | None, dict[str, Any] | None]) -> Any:
         seed, options = request
         self.autoreset.explicitly_reset()
-        env = self._live_env()
+        env = self.live_env()
         obs, info = await env.reset(seed=seed, options=options)
         return obs, info, getattr(env, "np_random_seed", None)
 
-    async def step(self, action: Any) -> Any:
-        """Step with autoreset (the hot path: called straight from the request's task); the
-        sampled steps timed as ``EnvSlot`` times them."""
-        untimed_steps = self.untimed_steps
-        started: float | None = None
-        if untimed_steps:
-            self.untimed_steps = untimed_steps - 1
-        else:
-            started = time.perf_counter()
-        try:
-            env = self._live_env()
-            if self.autoreset.reset_instead_of_step():
-                obs, info = await env.reset()
-                return obs, 0.0, False, False, info, None
-            obs, reward, terminated, truncated, info = await env.step(action)
-            if self.autoreset.reset_now(terminated, truncated):
-                final = {"final_obs": obs, "final_info": info}
-                obs, info = await env.reset()
-                return obs, reward, terminated, truncated, info, final
-            return obs, reward, terminated, truncated, info, None
-        finally:
-            if started is not None:
-                self.untimed_steps = self.step_timer(started)
+    async def reset_instead_of_step(self, env: Any) -> Any:
+        """The step after an episode's end, in next-step mode: a reset."""
+        obs, info = await env.reset()
+        return obs, 0.0, False, False, info, None
+
+    async def reset_after_step(self, env: Any, outcome: Any) -> Any:
+        """A step that ended its episode, in same-step mode: the reset's observation and
+        info, the step's own as ``final``."""
+        obs, reward, terminated, truncated, info, _ = outcome
+        final = {"final_obs": obs, "final_info": info}
+        obs, info = await env.reset()
+        return obs, reward, terminated, truncated, info, final
 
     async def _call(self, request: CallRequest | None) -> Any:
         if request is None:  # a call aimed at other sub-envs
             return None
         target, args, kwargs = request
         if callable(target):
-            result = target(self._live_env(), *args, **kwargs)
+            result = target(self.live_env(), *args, **kwargs)
         else:
-            attribute = self._live_env().get_wrapper_attr(target)
+            attribute = self.live_env().get_wrapper_attr(target)
             if not callable(attribute):
                 return attribute
             result = attribute(*args, **kwargs)
@@ -134,7 +136,7 @@ class _AsyncSlot:
     async def _set_attr(self, request: tuple[str, Any] | None) -> None:
         if request is not None:  # None: aimed at other sub-envs
             name, value = request
-            self._live_env().set_wrapper_attr(name, value)
+            self.live_env().set_wrapper_attr(name, value)
 
     async def _close(self, _: None) -> None:
         env, self.env = self.env, None
@@ -161,7 +163,7 @@ _HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {
 
 
 class _AsyncPending(CountdownPending):
-    """Replies handed in by the sub-envs' tasks, in the event loop's thread."""
+    """Replies handed in by the sub-envs' host tasks, in the event loop's thread."""
 
     __slots__ = ()
 
@@ -172,46 +174,97 @@ class _AsyncPending(CountdownPending):
         self.paid()
 
 
-RunJob = Callable[[_AsyncSlot], Coroutine[Any, Any, None]]
-Spawner = Callable[[RunJob, _AsyncSlot], None]
+Serve = Callable[[_AsyncSlot], Coroutine[Any, Any, None]]
 
 
-def _task_spawner() -> Spawner:
-    """Starts a background task on the running loop, recording its handle on the slot."""
+class _Hosts(Protocol):
+    """Starts, parks and wakes the sub-envs' host tasks on one kind of event loop."""
+
+    def spawn(self, serve: Serve, slot: _AsyncSlot) -> None:
+        """Start a host task running ``serve(slot)``; ``slot.host`` cancels it."""
+
+    def park(self, slot: _AsyncSlot) -> Awaitable[Any]:
+        """What the host awaits until ``wake(slot)`` (cancellable)."""
+
+    def wake(self, slot: _AsyncSlot) -> None:
+        """Wake the host of ``slot`` if it is parked."""
+
+
+class _AsyncioHosts:
+    """asyncio and uvloop: a host is a task, parked on a future of its own."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    def spawn(self, serve: Serve, slot: _AsyncSlot) -> None:
+        # The task gets a copy of the caller's context variables. The slot holds it: as long
+        # as the sub-env may get requests, no other reference is needed.
+        slot.host = self._loop.create_task(serve(slot))
+
+    def park(self, slot: _AsyncSlot) -> Awaitable[Any]:
+        slot.parked = future = self._loop.create_future()
+        return future
+
+    def wake(self, slot: _AsyncSlot) -> None:
+        future, slot.parked = slot.parked, None
+        if future is not None and not future.done():  # done: cancelled, the host is ending
+            future.set_result(None)
+
+
+class _TrioHosts:
+    """trio: a host is a system task (requests run whether or not anyone awaits them, like a
+    thread), in a cancel scope of its own; it parks by giving up its turn to run."""
+
+    def __init__(self) -> None:
+        import trio  # optional: imported once a vector env starts on trio
+
+        self._cancel_scope = trio.CancelScope
+        self._spawn_system_task = trio.lowlevel.spawn_system_task
+        self._current_task = trio.lowlevel.current_task
+        self._wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+        self._reschedule = trio.lowlevel.reschedule
+        self._abort_succeeded = trio.lowlevel.Abort.SUCCEEDED
+
+    def spawn(self, serve: Serve, slot: _AsyncSlot) -> None:
+        scope = slot.host = self._cancel_scope()  # set now: the task starts later
+
+        async def host() -> None:
+            with scope:
+                await serve(slot)
+
+        self._spawn_system_task(host, name=f"aiovec-env-{slot.env_index}",
+                                context=contextvars.copy_context())
+
+    def park(self, slot: _AsyncSlot) -> Awaitable[Any]:
+        def abort(_: Any) -> Any:  # cancelled while parked
+            slot.parked = None
+            return self._abort_succeeded
+
+        slot.parked = self._current_task()
+        return self._wait_task_rescheduled(abort)
+
+    def wake(self, slot: _AsyncSlot) -> None:
+        task, slot.parked = slot.parked, None
+        if task is not None:
+            self._reschedule(task)
+
+
+def _hosts_for_running_loop() -> _Hosts:
     if sniffio.current_async_library() == "asyncio":
-        loop = asyncio.get_running_loop()
-
-        def spawn_asyncio(run_job: RunJob, slot: _AsyncSlot) -> None:
-            # The slot holds the task until its next request: no other reference is needed.
-            slot.task = loop.create_task(run_job(slot))
-
-        return spawn_asyncio
-
-    import trio
-
-    async def in_scope(run_job: RunJob, slot: _AsyncSlot) -> None:
-        with trio.CancelScope() as scope:
-            slot.task = scope
-            await run_job(slot)
-
-    def spawn_trio(run_job: RunJob, slot: _AsyncSlot) -> None:
-        # A system task: requests run whether or not anyone awaits them (like a thread). It
-        # gets the caller's context variables, as an asyncio task does.
-        trio.lowlevel.spawn_system_task(in_scope, run_job, slot,
-                                        name=f"aiovec-env-{slot.env_index}",
-                                        context=contextvars.copy_context())
-
-    return spawn_trio
+        return _AsyncioHosts()
+    return _TrioHosts()
 
 
 class AsyncBackend(Backend):
-    """Coroutine sub-envs stepped concurrently as tasks on the caller's event loop."""
+    """Coroutine sub-envs stepped concurrently by host tasks on the caller's event loop."""
 
     name: ClassVar[str] = "async"
     in_process: ClassVar[bool] = True
 
     _slots: list[_AsyncSlot]
-    _spawn: Spawner
+    _hosts: _Hosts
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  max_concurrency: int | None = None) -> None:
@@ -221,13 +274,15 @@ class AsyncBackend(Backend):
         #: Slots whose next request waits for a free permit, first come first served.
         self._waiting: collections.deque[_AsyncSlot] = collections.deque()
         self._lost: set[int] = set()
-        #: Slots given up on whose env is not closed yet (closed by their own task).
+        #: Slots given up on whose env is not closed yet (closed by a host of their own).
         self._retired: set[_AsyncSlot] = set()
         self._retired_closed: anyio.Event | None = None  # set once none is left (aclose)
         self._cancelled_all = False
+        self._hosts_alive = 0
+        self._hosts_ended: anyio.Event | None = None  # set once none is alive (aclose)
 
     async def start(self) -> Pending:
-        self._spawn = _task_spawner()
+        self._hosts = _hosts_for_running_loop()
         self._cancelled = anyio.get_cancelled_exc_class()
         self.latencies = LatencyLog.allocate(self.num_envs)
         self._slots = [self._new_slot(index) for index in range(self.num_envs)]
@@ -243,7 +298,6 @@ class AsyncBackend(Backend):
         pending = _AsyncPending(op, env_indices, arrivals)
         slots, closing, lost = self._slots, self.closing, self._lost
         unlimited = self.max_concurrency is None  # then nothing ever waits for a permit
-        spawn, run_job = self._spawn, self._run_job
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if closing or env_index in lost:
                 pending.deliver(position, given_up_reply(env_index, op, _GIVEN_UP))
@@ -253,8 +307,7 @@ class AsyncBackend(Backend):
             if not slot.busy:
                 slot.busy = True
                 if unlimited:
-                    self._running += 1
-                    spawn(run_job, slot)
+                    self._give_turn(slot)
                 else:
                     self._waiting.append(slot)
         if not unlimited:
@@ -262,43 +315,92 @@ class AsyncBackend(Backend):
         return pending
 
     def _start_waiting(self) -> None:
-        """Start the waiting slots' next requests, as far as the concurrency cap allows."""
+        """Give the waiting slots their turn, as far as the concurrency cap allows."""
         waiting, limit = self._waiting, self.max_concurrency
         while waiting and (limit is None or self._running < limit):
-            self._running += 1
-            self._spawn(self._run_job, waiting.popleft())
+            self._give_turn(waiting.popleft())
 
-    async def _run_job(self, slot: _AsyncSlot) -> None:
-        """One request's task: run it, deliver its reply (any exception of the sub-env's
-        own as a ``Failure``), hand the permit on.
+    def _give_turn(self, slot: _AsyncSlot) -> None:
+        """A permit for ``slot``'s next request: wake its host (or start one, if it has none)."""
+        self._running += 1
+        slot.turn = True
+        if slot.host is None:
+            self._hosts_alive += 1
+            self._hosts.spawn(self._serve, slot)
+        else:
+            self._hosts.wake(slot)  # unless the host is the caller itself, about to look
 
-        Everything is inside ``try``: a task may find its request withdrawn (the sub-env was
-        given up on before the task ran), and must give its permit back all the same.
+    async def _serve(self, slot: _AsyncSlot) -> None:
+        """A sub-env's host task: takes each turn it is given, runs the next request, delivers
+        its reply (any exception of the sub-env's own as a ``Failure``), hands the permit on,
+        and parks until its next turn. It ends once its sub-env was given up on and closed, or
+        when it is cancelled (everything is, or the request it runs was given up on: a new host
+        then serves whatever follows).
+
+        A turn may find its request withdrawn (the sub-env was given up on meanwhile): the
+        permit is handed on all the same.
         """
-        slot.running = True
+        park, cancelled = self._hosts.park, self._cancelled
+        step_op, perf_counter = Op.STEP, time.perf_counter
         try:
-            if slot.jobs:
+            while True:
+                if not slot.turn:
+                    if self._cancelled_all or (slot.discarded and not slot.busy):
+                        return  # closed, or given up on and its env closed
+                    await park(slot)
+                slot.running = True
+                if not slot.jobs:  # withdrawn: the sub-env was given up on meanwhile
+                    self._end_turn(slot)
+                    continue
                 op, payload, pending, position = slot.jobs.popleft()
                 try:
-                    if op is Op.STEP:
-                        reply = await slot.step(payload)
-                    else:
+                    if op is not step_op:
                         reply = await _HANDLERS[op](slot, payload)
-                except self._cancelled:
+                    else:  # inline (the hot path): a coroutine per step would cost ~0.3 us
+                        untimed_steps = slot.untimed_steps
+                        if untimed_steps:  # sampled: most steps are not timed
+                            slot.untimed_steps = untimed_steps - 1
+                            started = None
+                        else:
+                            started = perf_counter()
+                        try:
+                            env, autoreset = slot.live_env(), slot.autoreset
+                            if autoreset.reset_instead_of_step():
+                                reply = await slot.reset_instead_of_step(env)
+                            else:
+                                obs, reward, terminated, truncated, info = await env.step(payload)
+                                reply = obs, reward, terminated, truncated, info, None
+                                if autoreset.reset_now(terminated, truncated):
+                                    reply = await slot.reset_after_step(env, reply)
+                        finally:
+                            if started is not None:
+                                slot.untimed_steps = slot.step_timer(started)
+                except cancelled:
                     raise
                 except BaseException as exc:  # SystemExit & co. from the env: its failure
                     reply = Failure.capture(slot.env_index, op.value, exc)
                 if pending is not None and not slot.discarded:
                     pending.deliver(position, reply)
+                self._end_turn(slot)
         finally:
-            slot.running = False
-            slot.task = None
-            self._running -= 1
+            slot.host = None  # first: a request still to serve needs a new host
+            if slot.running or slot.turn:  # cancelled in a request, or given a turn
+                self._end_turn(slot)
+            self._hosts_alive -= 1
+            if not self._hosts_alive and self._hosts_ended is not None:
+                self._hosts_ended.set()
+
+    def _end_turn(self, slot: _AsyncSlot) -> None:
+        slot.running = slot.turn = False
+        self._running -= 1
+        if slot.jobs or slot.discarded or self._waiting:
             self._next_job(slot)
+        else:  # what _next_job concludes, sooner (the hot path)
+            slot.busy = False
 
     def _next_job(self, slot: _AsyncSlot) -> None:
-        """A slot's request is over: queue its next one (a discarded slot's next job closes
-        its env), then start what the freed permit allows."""
+        """A slot's turn is over: queue its next request (a discarded slot's next one closes
+        its env), then hand out the turns the freed permit allows."""
         if slot.discarded and slot.env is not None and not slot.jobs:
             slot.jobs.append((Op.CLOSE, None, None, 0))
         if slot.discarded and slot.env is None:
@@ -328,11 +430,11 @@ class AsyncBackend(Backend):
             slot.jobs.clear()
             slot.discarded = True
             self._retired.add(slot)
-            if slot.running and slot.task is not None:
-                slot.task.cancel()  # its task then closes the env
-            elif not slot.busy:  # idle: close its env in a request of its own
+            if slot.running and slot.host is not None:
+                slot.host.cancel()  # a new host then closes the env
+            elif not slot.busy:  # idle: its host closes its env in a request of its own
                 self._next_job(slot)
-            # else: its task, or its permit, is still to come; it then closes the env
+            # else: its turn, or its permit, is still to come; it then closes the env
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         self.refuse_if_closing()
@@ -352,15 +454,20 @@ class AsyncBackend(Backend):
 
     async def release_hosts(self, pending: Pending) -> None:
         self._cancel_all()
-        await anyio.lowlevel.checkpoint()  # let the cancelled tasks unwind
+        if self._hosts_alive:  # let the cancelled hosts unwind (bounded: an env might not)
+            self._hosts_ended = anyio.Event()
+            with anyio.move_on_after(_UNWIND_TIMEOUT):
+                await self._hosts_ended.wait()
 
     def _cancel_all(self) -> None:
         self._cancelled_all = True
         self._waiting.clear()
         for slot in [*self._slots, *self._retired]:
             slot.jobs.clear()
-            if slot.running and slot.task is not None:
-                slot.task.cancel()
+            # A host that has yet to take its turn ends by itself (an asyncio task cancelled
+            # before it ever ran would not even run its ``finally``).
+            if slot.host is not None and (slot.running or slot.parked is not None):
+                slot.host.cancel()
 
     def close_nowait(self) -> None:
         # No event loop may be running: the envs' async close cannot run, only be cancelled.
@@ -379,6 +486,10 @@ class AsyncBackend(Backend):
         cap = "" if self.max_concurrency is None else f", at most {self.max_concurrency} at once"
         return f"async backend, {self.num_envs - len(self._lost)} coroutine envs{cap}"
 
+
+#: How long ``aclose`` waits for the cancelled hosts to end (an env's step that swallows the
+#: cancellation can keep its host running; it is then left to finish on its own).
+_UNWIND_TIMEOUT = 1.0
 
 #: Why a request to a sub-env given up on (and not remade yet) or to a closing one failed.
 _GIVEN_UP = "the sub-env was given up on (it missed a deadline) or the vector env closed"

@@ -104,16 +104,28 @@ class BatchResults:
                         merge_info(infos, final, env_index, n)
                     if info:
                         merge_info(infos, info, env_index, n)
-        else:
+        elif broken:
             store = self._store
             for env_index, reply in enumerate(replies):
-                if broken and env_index in broken:
+                if env_index in broken:
                     continue
                 info, final = store(env_index, reply)
                 if final is not None:
                     merge_info(infos, final, env_index, n)
                 if info:
                     merge_info(infos, info, env_index, n)
+        else:  # every sub-env answered: a column at a time (the hot path of thousands)
+            observations, rewards, terminations, truncations, env_infos, finals = zip(*replies)
+            self.env_obs[:] = observations
+            self.rewards[:] = rewards
+            self.terminations[:] = terminations
+            self.truncations[:] = truncations
+            if any(env_infos) or finals.count(None) < n:
+                for env_index, (info, final) in enumerate(zip(env_infos, finals)):
+                    if final is not None:
+                        merge_info(infos, final, env_index, n)
+                    if info:
+                        merge_info(infos, info, env_index, n)
         if broken:
             self._zero(list(broken))
         if not self.in_place:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import math
 import threading
@@ -13,6 +15,7 @@ import anyio.lowlevel
 import gymnasium as gym
 import numpy as np
 import pytest
+import sniffio
 
 import aiovec
 from aiovec.testing import AsyncAdapter, CountingEnv
@@ -284,3 +287,152 @@ async def test_close_waits_for_the_envs_given_up_on_to_close(anyio_backend: Any)
         await envs.step(np.zeros(1, dtype=np.int64))
     await envs.aclose()  # the hung env, given up on, is closing on its own task meanwhile
     assert made[0].closed.is_set()
+
+
+def current_task() -> object:
+    """The task running this (the object itself: a finished task's ``id`` may be reused)."""
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_task()
+    return asyncio.current_task()
+
+
+class HostRecordingEnv(IOEnv):
+    """Notes the task that runs each of its calls, and how many steps ran to the end."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tasks: list[object] = []  # kept alive, so their ids stay unique
+        self.completed = 0
+        self.context_seen: list[str] = []
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        self.tasks.append(current_task())
+        return await super().reset(seed=seed, options=options)
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.tasks.append(current_task())
+        self.context_seen.append(MARKER.get())
+        result = await super().step(action)
+        self.completed += 1
+        return result
+
+    @property
+    def hosts(self) -> set[int]:
+        return {id(task) for task in self.tasks}
+
+
+MARKER: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+
+async def test_each_sub_env_has_one_host_task_that_outlives_its_failures(
+        anyio_backend: Any) -> None:
+    """Requests to a sub-env wake its host task rather than start tasks; a failing request
+    (named by its index) leaves the host serving."""
+    factories = [HostRecordingEnv, functools.partial(HostRecordingEnv, fail_at=1),
+                 HostRecordingEnv]
+    async with aiovec.AsyncVectorEnv(factories, backend="async") as envs:
+        made = [envs._backend.local_env(index) for index in range(3)]
+        await envs.reset()
+        await envs.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.step(np.zeros(3, dtype=np.int64))
+        assert raised.value.env_ids == (1,)
+        assert isinstance(raised.value.exceptions[0].__cause__, ConnectionResetError)
+        await envs.reset()
+        obs, *_ = await envs.step(np.zeros(3, dtype=np.int64))
+        assert obs.tolist() == [[1.0]] * 3
+    hosts = [env.hosts for env in made]
+    assert [len(host) for host in hosts] == [1, 1, 1], hosts
+    assert len(set.union(*hosts)) == 3
+
+
+async def test_a_deadline_cancels_the_step_and_a_new_host_serves_the_remade_env(
+        anyio_backend: Any) -> None:
+    made: list[HostRecordingEnv] = []
+
+    def hangs_the_first_time() -> HostRecordingEnv:
+        made.append(HostRecordingEnv(hang_at=None if made else 1))
+        return made[-1]
+
+    factories = [HostRecordingEnv, hangs_the_first_time]
+    async with aiovec.AsyncVectorEnv(factories, backend="async", timeout=0.3,
+                                     max_concurrency=2) as envs:
+        healthy = envs._backend.local_env(0)
+        await envs.reset()
+        await envs.step(np.zeros(2, dtype=np.int64))
+        with pytest.raises(aiovec.EnvTimeoutError) as raised:
+            await envs.step(np.zeros(2, dtype=np.int64))
+        assert raised.value.env_ids == (1,)
+        with anyio.fail_after(5):
+            await made[0].closed.wait()
+        assert made[0].cancelled == 1 and made[0].completed == 1
+        await envs.reset()
+        with anyio.fail_after(5):  # the hung host's permit was handed back
+            obs, *_ = await envs.step(np.zeros(2, dtype=np.int64))
+        assert obs.tolist() == [[1.0], [1.0]]
+    assert len(healthy.hosts) == 1
+    assert len(made[1].hosts) == 1 and made[1].hosts != made[0].hosts
+
+
+async def test_a_cancelled_step_runs_on_and_its_hosts_serve_the_reset_after_it(
+        anyio_backend: Any) -> None:
+    """The caller's cancellation is not the sub-envs': their steps finish on their hosts, the
+    replies are dropped, and the reset that follows runs after them, in order."""
+    async with aiovec.AsyncVectorEnv([functools.partial(HostRecordingEnv, 0.3)] * 3,
+                                     backend="async") as envs:
+        made = [envs._backend.local_env(index) for index in range(3)]
+        await envs.reset()
+        with anyio.move_on_after(0.05):
+            await envs.step(np.zeros(3, dtype=np.int64))
+        assert envs.unusable_envs == (0, 1, 2)
+        obs, _ = await envs.reset()
+        assert obs.tolist() == [[0.0]] * 3
+        assert [env.completed for env in made] == [1, 1, 1]
+        obs, *_ = await envs.step(np.zeros(3, dtype=np.int64))
+        assert obs.tolist() == [[1.0]] * 3
+    assert [env.cancelled for env in made] == [0, 0, 0]
+    assert [len(env.hosts) for env in made] == [1, 1, 1]
+
+
+async def test_closing_during_a_hung_step_cancels_it_and_ends_every_host(
+        anyio_backend: Any) -> None:
+    envs = aiovec.AsyncVectorEnv([HostRecordingEnv, functools.partial(HostRecordingEnv,
+                                                                      hang_at=0)],
+                                 backend="async", close_timeout=0.2)
+    await envs.reset()
+    made = [envs._backend.local_env(index) for index in range(2)]
+    outcome: list[BaseException] = []
+
+    async def step() -> None:
+        try:
+            await envs.step(np.zeros(2, dtype=np.int64))
+        except aiovec.ClosedError as error:
+            outcome.append(error)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(step)
+        await anyio.wait_all_tasks_blocked()
+        await envs.aclose()
+    assert len(outcome) == 1
+    assert made[0].closed.is_set() and made[1].cancelled == 1
+    assert envs._backend._hosts_alive == 0  # type: ignore[attr-defined]
+
+
+async def test_requests_run_in_the_context_of_the_call_that_made_the_sub_env(
+        anyio_backend: Any) -> None:
+    """Each sub-env's host task starts with a copy of the context variables of ``start`` (or
+    of the ``reset`` that remade it), as a thread would be started; later calls do not
+    change them."""
+    token = MARKER.set("at start")
+    try:
+        async with aiovec.AsyncVectorEnv([HostRecordingEnv] * 2, backend="async") as envs:
+            MARKER.set("at step")
+            await envs.reset()
+            await envs.step(np.zeros(2, dtype=np.int64))
+            made = [envs._backend.local_env(index) for index in range(2)]
+    finally:
+        MARKER.reset(token)
+    assert [env.context_seen for env in made] == [["at start"], ["at start"]]
