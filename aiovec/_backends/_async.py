@@ -434,6 +434,8 @@ class AsyncBackend(Backend):
                 slot.host.cancel()  # a new host then closes the env
             elif not slot.busy:  # idle: its host closes its env in a request of its own
                 self._next_job(slot)
+                if not slot.busy and slot.host is not None:  # no env to close: end the host
+                    slot.host.cancel()
             # else: its turn, or its permit, is still to come; it then closes the env
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:

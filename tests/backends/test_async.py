@@ -16,8 +16,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import sniffio
+from gymnasium.vector import AutoresetMode
 
 import aiovec
+from aiovec._backends._async import AsyncBackend
 from aiovec.testing import AsyncAdapter, CountingEnv
 
 pytestmark = pytest.mark.anyio
@@ -436,3 +438,26 @@ async def test_requests_run_in_the_context_of_the_call_that_made_the_sub_env(
     finally:
         MARKER.reset(token)
     assert [env.context_seen for env in made] == [["at start"], ["at start"]]
+
+
+class FailsToMake(Exception):
+    pass
+
+
+def fails_to_make() -> IOEnv:
+    raise FailsToMake("no simulator")
+
+
+async def test_a_host_given_up_on_with_no_env_to_close_ends_at_once(anyio_backend: Any) -> None:
+    """A sub-env whose factory failed has a parked host and no env: given up on, the host
+    ends there and then (``aclose`` does not wait for it)."""
+    backend = AsyncBackend([IOEnv, fails_to_make], AutoresetMode.NEXT_STEP)
+    pending = await backend.start()
+    await pending.wait()
+    assert [type(reply).__name__ for reply in pending.replies] == ["EnvDescription", "Failure"]
+    backend.discard([1])
+    await anyio.wait_all_tasks_blocked()
+    assert backend._hosts_alive == 1
+    started = anyio.current_time()
+    await backend.aclose(5.0)
+    assert backend._hosts_alive == 0 and anyio.current_time() - started < 0.5
