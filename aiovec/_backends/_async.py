@@ -333,9 +333,9 @@ class AsyncBackend(Backend):
     async def _serve(self, slot: _AsyncSlot) -> None:
         """A sub-env's host task: takes each turn it is given, runs the next request, delivers
         its reply (any exception of the sub-env's own as a ``Failure``), hands the permit on,
-        and parks until its next turn. It ends once its sub-env was given up on and closed, or
-        when it is cancelled (everything is, or the request it runs was given up on: a new host
-        then serves whatever follows).
+        and parks until its next turn. It ends once its sub-env was given up on and closed, once
+        everything was cancelled (closing), or when it is cancelled itself (closing, or the
+        request it runs was given up on: a new host then serves whatever follows).
 
         A turn may find its request withdrawn (the sub-env was given up on meanwhile): the
         permit is handed on all the same.
