@@ -19,9 +19,9 @@ from aiovec._core._probe import Workload, measure_workload
 if TYPE_CHECKING:
     from aiovec._core._backend import Backend
 
-__all__ = ["BACKEND_NAMES", "ActorOptions", "BackendChoice", "BackendSelection",
-           "choose_by_measuring", "choose_by_workload",
-           "load_backend", "resolve_backend_name", "rule_of_thumb"]
+__all__ = ["BACKEND_NAMES", "COROUTINE_ENVS_FOUND", "ActorOptions", "BackendChoice",
+           "BackendSelection", "choose_by_measuring", "choose_by_workload", "load_backend",
+           "resolve_backend_name", "rule_of_thumb"]
 
 logger = logging.getLogger("aiovec")
 
@@ -128,6 +128,11 @@ INLINE_PER_ENV = 1.3e-6
 PROCESS_PER_ENV = 1.0e-6
 #: Copying one observation byte once (into a batch, or out of shared memory).
 COPY_PER_BYTE = 1.6e-11
+
+
+#: What ``"auto"`` switches to when a start finds coroutine envs made by plain callables.
+COROUTINE_ENVS_FOUND = BackendChoice(
+    "async", "the sub-envs turned out to be coroutine envs (async def step)")
 
 
 def estimate_step_seconds(workload: Workload, num_envs: int, cpus: int,

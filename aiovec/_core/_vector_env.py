@@ -33,7 +33,7 @@ from aiovec._core._recovery import Recovery
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
-from aiovec._core._selection import ActorOptions, BackendChoice, BackendSelection
+from aiovec._core._selection import COROUTINE_ENVS_FOUND, ActorOptions, BackendSelection
 from aiovec._core._spaces import (
     ObservationMode,
     VectorSpaces,
@@ -189,8 +189,7 @@ class AsyncVectorEnv(Engine):
                     and all(isinstance(sub_error.__cause__, CoroutineEnvError)
                             for sub_error in error.exceptions)):
                 raise
-            self._selection.switch(BackendChoice(
-                "async", "the sub-envs turned out to be coroutine envs (async def step)"))
+            self._selection.switch(COROUTINE_ENVS_FOUND)
             self._recovery.backend = self._selection.make()
             self._state = State.CREATED
             await self._start(timeout)
