@@ -23,6 +23,7 @@ from aiovec.testing import CountingEnv
 from tests.envs import (
     FifoStepEnv,
     GateFileEnv,
+    MisshapenEnv,
     OverlapProbeEnv,
     PidEnv,
     StubbornEnv,
@@ -199,6 +200,24 @@ async def test_unpicklable_results_and_exceptions_are_clear_errors(no_leaks: Non
         assert "could not be pickled" in str(stubborn)  # its class does not survive the trip
         # The worker's traceback reaches into the env's own frame, where it raised.
         assert 'raise StubbornError(7, "simulator refused")' in stubborn.remote_traceback
+
+
+async def test_an_observation_that_does_not_fit_its_space_fails_only_its_sub_env(
+        anyio_backend: str, no_leaks: None) -> None:
+    """numpy would broadcast the short observation into its row of shared memory; the
+    worker refuses it instead, and the sub-env fails by name, the others' results kept."""
+    async with aiovec.AsyncVectorEnv([MisshapenEnv] * 4, backend="process",
+                                     num_workers=2) as envs:
+        await envs.reset(seed=0)
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.array([0, 1, 0, 0]))
+        assert caught.value.env_ids == (1,)
+        cause = caught.value.exceptions[0].__cause__
+        assert isinstance(cause, ValueError) and "shape (1,)" in str(cause)
+        obs, rewards, *_ = caught.value.partial_result
+        assert obs.tolist() == [[1, 1], [0, 1], [1, 1], [1, 1]]
+        assert rewards.tolist() == [0, 0, 0, 0]
+        assert envs.unusable_envs == (1,)
 
 
 async def test_spaces_shared_memory_cannot_hold_travel_pickled(no_leaks: None) -> None:

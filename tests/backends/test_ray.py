@@ -91,7 +91,7 @@ async def test_a_failed_sub_env_does_not_cost_its_actor_neighbours_their_results
 
 
 @pytest.mark.anyio
-async def test_an_observation_that_does_not_fit_its_space_fails_only_its_sub_env(
+async def test_an_observation_that_does_not_fit_its_space_fails_only_its_sub_env_on_ray(
         no_leaks: None) -> None:
     """The actor cannot batch the step (one observation is short), so its replies come one by
     one; the one that does not fit the batch arrays fails its sub-env, by name."""

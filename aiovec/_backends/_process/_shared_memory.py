@@ -174,10 +174,26 @@ def map_block(fd: int, size: int) -> mmap.mmap:
 
 def row_writer(views: Any) -> Any:
     """``write(env_index, value)`` for a (tree of) batched views; the plain-array case, the
-    common one, costs a single item assignment."""
+    common one, costs a shape check and an item assignment."""
     if isinstance(views, np.ndarray):
-        return views.__setitem__
+        row_shape = views.shape[1:]
+
+        def write(env_index: int, value: Any) -> None:
+            if getattr(value, "shape", None) != row_shape:
+                _check_shape(value, row_shape)
+            views[env_index] = value
+
+        return write
     return lambda env_index, value: write_row(views, env_index, value)
+
+
+def _check_shape(value: Any, row_shape: tuple[int, ...]) -> None:
+    """Refuse a value numpy would broadcast into a row of another shape (say, ``(1,)`` into
+    ``(4,)``): the sub-env returned something its space does not allow."""
+    shape = np.shape(value)
+    if shape != row_shape:
+        raise ValueError(f"the sub-env returned an observation of shape {shape}; its "
+                         f"observation space has shape {row_shape}")
 
 
 def row_reader(views: Any) -> Any:
@@ -191,6 +207,8 @@ def row_reader(views: Any) -> Any:
 def write_row(views: Any, env_index: int, value: Any) -> None:
     """Write one sub-env's value into row ``env_index`` of a (tree of) batched views."""
     if isinstance(views, np.ndarray):
+        if getattr(value, "shape", None) != views.shape[1:]:
+            _check_shape(value, views.shape[1:])
         views[env_index] = value
     elif isinstance(views, dict):
         for key, child in views.items():

@@ -182,7 +182,11 @@ class _HostedEnvs:
                 replies.append(reply)
             else:
                 obs, info, seed = reply
-                write_row(views.observations, env_index, obs)
+                try:
+                    write_row(views.observations, env_index, obs)
+                except Exception as exc:  # an observation the batch cannot hold
+                    replies.append(portable(Failure.capture(env_index, Op.RESET.value, exc)))
+                    continue
                 replies.append((info, seed))
         return replies
 
@@ -207,10 +211,15 @@ class _HostedEnvs:
                 extras.append((env_index, outcome))
             else:
                 obs, reward, terminated, truncated, info, final = outcome
-                write_obs(env_index, obs)
-                rewards[env_index] = reward
-                terminations[env_index] = terminated
-                truncations[env_index] = truncated
+                try:
+                    write_obs(env_index, obs)
+                    rewards[env_index] = reward
+                    terminations[env_index] = terminated
+                    truncations[env_index] = truncated
+                except Exception as exc:  # a result the batch cannot hold: the sub-env's fault
+                    failure = Failure.capture(env_index, Op.STEP.value, exc)
+                    extras.append((env_index, portable(failure)))
+                    continue
                 if info or final is not None:
                     extras.append((env_index, (info, final)))
         return extras
