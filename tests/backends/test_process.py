@@ -20,6 +20,7 @@ import pytest
 import aiovec
 from aiovec._core._selection import resolve_backend_name
 from aiovec.testing import CountingEnv
+from tests.backends_matrix import EVENT_LOOPS
 from tests.envs import (
     FifoStepEnv,
     GateFileEnv,
@@ -82,6 +83,31 @@ async def test_worker_killed_while_idle_names_its_envs(no_leaks: None) -> None:
         # The dead worker's sub-envs keep failing clearly, in every kind of call.
         with pytest.raises(aiovec.WorkerDiedError, match=r"sub-env\(s\) 2, 3 failed"):
             await envs.call("_observation")
+
+
+@pytest.mark.parametrize("anyio_backend", [pytest.param(EVENT_LOOPS[name], id=name)
+                                           for name in ("asyncio", "uvloop")])
+async def test_a_first_worker_known_dead_before_a_step_does_not_cut_the_others_short(
+        anyio_backend: str, no_leaks: None) -> None:
+    """Worker 0 is known dead when the step is sent: the request must still wait for worker
+    1, whose sub-envs' results come back (it once stopped waiting at once, and the step
+    failed on their missing replies with a TypeError). On asyncio, where a readiness
+    callback notices a death between calls (trio notices it during the next call)."""
+    async with aiovec.AsyncVectorEnv([PidEnv] * 4, backend="process", num_workers=2) as envs:
+        await envs.reset()
+        pids = await worker_pids(envs)
+        os.kill(pids[0], signal.SIGKILL)
+        assert wait_for_exit([pids[0]], 10) == []
+        # Let the event loop's readiness callback read the dead worker's EOF: nothing to
+        # wait on but its outcome.
+        with anyio.fail_after(PROMPTLY):
+            while "1/2 workers alive" not in repr(envs):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        with pytest.raises(aiovec.WorkerDiedError) as caught:
+            await envs.step(np.zeros(4, np.int64))
+        assert caught.value.env_ids == (0, 1)  # type: ignore[attr-defined]
+        obs, *_ = caught.value.partial_result  # type: ignore[attr-defined]
+        assert obs[2:].tolist() == [[1, 1], [1, 1]]  # [steps, resets]: worker 1 stepped
 
 
 async def test_worker_killed_mid_step(tmp_path: Path, no_leaks: None) -> None:

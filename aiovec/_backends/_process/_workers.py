@@ -285,7 +285,10 @@ class ProcessPending(Pending):
             self._land(worker)
         else:
             self._dead.append(worker)
-        self._answered(worker)
+        # Only a worker this request waits for: one found dead while the request was being
+        # sent was never expected, and must not end the wait for the live ones still to be.
+        if worker in self._owing:
+            self._answered(worker)
 
     def _fail_hosted(self, worker: WorkerHandle) -> None:
         reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
