@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKEND_NAMES", "COROUTINE_ENVS_FOUND", "ActorOptions", "BackendChoice",
            "BackendSelection", "choose_by_measuring", "choose_by_workload", "load_backend",
-           "resolve_backend_name", "rule_of_thumb"]
+           "resolve_backend_name", "rule_of_thumb", "usable_cpus"]
 
 logger = logging.getLogger("aiovec")
 
@@ -200,7 +200,7 @@ async def choose_by_measuring(env_fn: Callable[[], Any], rule: BackendChoice, nu
         workload = await measure_workload(env_fn)
     except Exception as error:
         if any(isinstance(cause, CoroutineEnvError) for cause in _causes(error)):
-            return BackendChoice("async", "the sub-envs are coroutine envs (async def step)")
+            return COROUTINE_ENVS_FOUND
         root = _root_cause(error)
         return BackendChoice(rule.name, f"{rule.reason}; measuring a sub-env failed "
                              f"({type(root).__name__}: {root}), so the rule of thumb stands")

@@ -50,6 +50,7 @@ from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._observations import read_row
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
+from aiovec._core._selection import usable_cpus
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
 
@@ -70,11 +71,7 @@ DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 
 def default_num_workers(num_envs: int) -> int:
     """One worker per usable CPU, never more than there are sub-envs."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(num_envs, cpus))
+    return max(1, min(num_envs, usable_cpus()))
 
 
 class ProcessBackend(Backend):
