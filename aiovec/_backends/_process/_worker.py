@@ -43,7 +43,6 @@ from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._requests import Failure, Op
-from aiovec._core._selection import usable_cpus
 
 __all__ = ["main", "worker_main"]
 
@@ -134,7 +133,7 @@ class _HostedEnvs:
             slot.step_timer = views.latencies.timer(slot.env_index)
         self.step_marks = views.step_marks
         # Waiting for the others only pays while each worker has a CPU of its own.
-        if len(layout.hosts) <= usable_cpus():
+        if len(layout.hosts) <= _usable_cpus():
             self.peer_rows = tuple(row for row in layout.hosts if row != self.first_env)
 
     def finished(self, sequence: int, until: float) -> None:
@@ -328,6 +327,15 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
         end_tree()
     finally:
         sock.close()
+
+
+def _usable_cpus() -> int:
+    """``_core._selection.usable_cpus``, which a worker must not import: that module loads
+    the event-loop side (anyio), which worker processes never need."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 def _next_request(sock: socket.socket, header: bytearray,
