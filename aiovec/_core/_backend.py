@@ -116,6 +116,14 @@ class Pending(abc.ABC):
     async def wait(self) -> None:
         """Return once every addressed sub-env has replied (cancellable)."""
 
+    def abandon(self) -> None:
+        """The caller gave up on this request: what still arrives is never read.
+
+        Backends that write replies into the batch arrays when they arrive (not in request
+        order) must then stop writing them, or a late reply could land over a later call's.
+        """
+        return
+
     def abort(self) -> None:
         """Wake the task waiting on this request now (the vector env is closing).
 

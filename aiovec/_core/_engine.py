@@ -413,6 +413,8 @@ class Engine:
         pending = in_flight.pending
         if pending is not None and not pending.started:
             return  # it never reached a sub-env
+        if pending is not None:
+            pending.abandon()
         if in_flight.operation in ("step", "reset"):
             self._health.need_reset(list(in_flight.env_indices))
 

@@ -110,7 +110,11 @@ class Recovery:
                     pending = self.backend.submit(
                         Op.RESET, made, [reset_payloads.get(index, (None, None))
                                          for index in made])
-                    await pending.wait()
+                    try:
+                        await pending.wait()
+                    except BaseException:  # cancelled: what still arrives is nobody's
+                        pending.abandon()
+                        raise
                     check_open("restart")
                     for index, reply in zip(made, pending.replies):
                         if type(reply) is Failure:

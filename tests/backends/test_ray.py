@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._core._requests import Op
 from aiovec.testing import CountingEnv, Fault, FaultyEnv, InjectedFault
 from tests.envs import MisshapenEnv, TextEnv
 from tests.helpers import assert_identical
@@ -104,6 +105,26 @@ async def test_an_observation_that_does_not_fit_its_space_fails_only_its_sub_env
         obs, rewards, *_ = caught.value.partial_result
         assert obs.tolist() == [[1, 1], [0, 1], [1, 1], [1, 1]]
         assert rewards.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.anyio
+async def test_a_step_its_caller_gave_up_on_writes_nothing_into_the_batch(
+        no_leaks: None) -> None:
+    """An actor's answers to a cancelled step and to the next call may settle in either order
+    (CI once saw a late step's rows land over the reset after it): an abandoned request's
+    answers are never written into the batch arrays."""
+    async with aiovec.AsyncVectorEnv([CountingEnv] * 4, backend="ray", num_workers=2,
+                                     copy=False) as envs:
+        observations, _ = await envs.reset(seed=0)
+        after_reset = observations.copy()
+        backend = envs._backend  # type: ignore[attr-defined]
+        abandoned = backend.submit(Op.STEP, backend.every_env, np.zeros(4, dtype=np.int64))
+        abandoned.abandon()  # what the core does when the caller is cancelled
+        await abandoned.wait()  # every actor answered: the step ran, its rows were not placed
+        assert np.array_equal(observations, after_reset)
+        assert (await envs.get_attr("steps")) == (1, 1, 1, 1)  # it did run
+        observations, _ = await envs.reset(seed=1)
+        assert observations.tolist() == [[1, 2]] * 4
 
 
 @pytest.mark.anyio

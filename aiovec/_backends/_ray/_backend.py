@@ -91,7 +91,7 @@ class _RayPending(CountdownPending):
     """Replies to one request, one batched reply per actor, settled in the loop's thread:
     what it counts down is actors."""
 
-    __slots__ = ("_backend", "_owing", "whole")
+    __slots__ = ("_abandoned", "_backend", "_owing", "whole")
 
     def __init__(self, backend: RayBackend, op: Op, env_indices: Sequence[int],
                  arrivals: Arrivals | None) -> None:
@@ -101,6 +101,9 @@ class _RayPending(CountdownPending):
         self._owing: dict[_Actor, Sequence[int]] = {}
         #: True when the request addresses every sub-env in order (position = env index).
         self.whole = self.env_indices == backend.every_env
+        #: The caller gave up: later answers are not written into the batch arrays (an
+        #: actor's answers to it and to a later call may settle in either order).
+        self._abandoned = False
 
     def expect(self, actor: _Actor, positions: Sequence[int], reference: Any) -> None:
         self._owing[actor] = positions
@@ -120,7 +123,9 @@ class _RayPending(CountdownPending):
                 answer, (ended, run, failed) = answer
                 self._backend.descendants_reaped += ended
                 self._backend.cleanups.add(run, failed)
-            if type(answer) is StepBlock:
+            if self._abandoned:  # nobody reads it; a later call's rows may be placed already
+                replies = [None] * len(positions)
+            elif type(answer) is StepBlock:
                 replies = self._place_block(positions, answer)
             elif self._backend.buffers is not None and self.op in _PLACED_OPS:
                 replies = self._place_each(positions, answer)
@@ -134,6 +139,9 @@ class _RayPending(CountdownPending):
                                f"{type(error).__name__}: {error}", str(error))
                        for position in positions]
         self._store(actor, positions, replies)
+
+    def abandon(self) -> None:
+        self._abandoned = True
 
     def _rows(self, positions: Sequence[int]) -> slice | np.ndarray[Any, np.dtype[np.intp]]:
         """The batch rows of the sub-envs at ``positions``."""
