@@ -124,7 +124,7 @@ class _RayPending(CountdownPending):
                 self._backend.descendants_reaped += ended
                 self._backend.cleanups.add(run, failed)
             if self._abandoned:  # nobody reads it; a later call's rows may be placed already
-                replies = [None] * len(positions)
+                replies: list[Any] = [None] * len(positions)
             elif type(answer) is StepBlock:
                 replies = self._place_block(positions, answer)
             elif self._backend.buffers is not None and self.op in _PLACED_OPS:
