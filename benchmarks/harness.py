@@ -10,11 +10,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["CellTimeout", "Timed", "describe", "stamped", "stamped_async", "watchdog"]
+__all__ = ["CellTimeout", "Check", "Timed", "describe", "stamped", "stamped_async", "watchdog"]
 
 
 class CellTimeout(Exception):
@@ -113,3 +114,28 @@ def revision() -> str:
     """The checked-out aiovec commit, short."""
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, check=False).stdout.strip() or "unknown"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target: a measured value against what the issue asks, as a PASS/MISS line."""
+
+    label: str
+    value: float | None
+    target: float
+    unit: str = "x"
+    at_most: bool = False
+    per_repeat: Sequence[float] = ()  # the same ratio within each repeat, to judge the noise
+
+    def line(self) -> str:
+        if self.value is None:
+            return f"n/a   {self.label}: no result"
+        passed = self.value <= self.target if self.at_most else self.value >= self.target
+        sign = "≤" if self.at_most else "≥"
+        shown = f"{self.value:.0%}" if self.unit == "%" else f"{self.value:.2f}{self.unit}"
+        target = f"{self.target:.0%}" if self.unit == "%" else f"{self.target:g}{self.unit}"
+        line = f"{'PASS' if passed else 'MISS'}  {self.label}: {shown} (target {sign} {target})"
+        if len(self.per_repeat) > 1:
+            line += "; per repeat: " + " ".join(
+                f"{r:.0%}" if self.unit == "%" else f"{r:.2f}" for r in self.per_repeat)
+        return line

@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 0.3 s")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the table")
     args = parser.parse_args()
     repeats, seconds = (1, 0.3) if args.quick else (args.repeats, args.seconds)
     plan = Plan(seconds=seconds, warmup_seconds=min(1.0, seconds))
@@ -221,7 +222,7 @@ def main() -> None:
                          f"{rate * NUM_ENVS * agents:,.0f} | {versus[0]} | {versus[1]} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.write_text(text)
+    args.output.write_text(text)
 
 
 if __name__ == "__main__":

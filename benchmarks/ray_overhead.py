@@ -47,7 +47,7 @@ from typing import Any
 import anyio
 import numpy as np
 from bench_envs import CpuEnv, make_cartpole
-from harness import describe, machine, revision, stamped, stamped_async
+from harness import Check, describe, machine, revision, stamped, stamped_async
 
 import aiovec
 
@@ -261,13 +261,13 @@ def target_line(todo: list[Cell], samples: dict[Cell, list[tuple[float, float]]]
         return (statistics.median(sample[0] for sample in samples)
                 / statistics.median(sample[0] for sample in base))
 
-    line = (f"Target: Ray at {TARGET_ENVS} CartPole envs is "
-            f"{ratio(ray_samples, process_samples):.2f}x the process backend (per repeat "
-            f"{per_repeat(ray_samples, process_samples)}); issue 19 asks for >= "
-            f"{TARGET_RATIO}x.")
+    paired = [ray[0] / process[0] for ray, process in zip(ray_samples, process_samples)]
+    line = Check(f"CartPole-v1 n={TARGET_ENVS}, aiovec ray vs aiovec process (issue 19)",
+                 ratio(ray_samples, process_samples), TARGET_RATIO,
+                 per_repeat=paired).line()
     floor = found.get(RAY_FLOOR)
     if floor:
-        line += (f" Ray's own floor (bare loops in the same actors) is "
+        line += (f"\n\nRay's own floor (bare loops in the same actors) is "
                  f"{ratio(floor, process_samples):.2f}x the process backend (per repeat "
                  f"{per_repeat(floor, process_samples)}); aiovec's Ray backend is "
                  f"{ratio(ray_samples, floor):.2f}x that floor (per repeat "

@@ -52,7 +52,8 @@ import anyio
 import gymnasium as gym
 import numpy as np
 from bench_envs import CpuEnv, PixelEnv, SleepEnv, make_cartpole, raw_loop, raw_loop_in_child
-from harness import describe, stamped, stamped_async, watchdog
+from companions import COMPANIONS, CompanionRun, report_lines, run_companions
+from harness import Check, describe, stamped, stamped_async, watchdog
 
 import aiovec
 
@@ -70,6 +71,7 @@ THREAD = "aiovec thread (await, uvloop)"
 PROCESS = "aiovec process (await, uvloop)"
 PROCESS_PER_ENV = "aiovec process, 1 env/worker"
 SHIM = "aiovec VectorEnv shim (process)"
+PROCESS_VIEW = "aiovec process, copy=False (await, uvloop)"
 AUTO = "aiovec auto (await, uvloop)"
 #: The backends "auto" chooses among here, and what it chose, per (workload, num_envs).
 AUTO_CHOICES = (INLINE, THREAD, PROCESS)
@@ -327,7 +329,7 @@ def make_contenders(envpool_missing: bool) -> list[Contender]:
     return [
         Contender(RAW, run_raw, fixed_envs=1),
         Contender(RAW_PAIR, run_raw_pair, fixed_envs=2,
-                  skip=lambda w, n: None if w.name == "CpuEnv" else ""),
+                  skip=lambda w, n: None if w.name in ("CpuEnv", "CartPole-v1") else ""),
         Contender(SYNC, run_gym_sync,
                   skip=not_256_sleeping("256 sleeping envs take 1.3 s per vector step; Sync "
                                         "tops out at ~195 steps/s whatever num_envs (rows 8, 32)")),
@@ -336,6 +338,8 @@ def make_contenders(envpool_missing: bool) -> list[Contender]:
                   skip=not_256_sleeping("steps envs one after another, like SyncVectorEnv")),
         Contender(THREAD, run_aiovec("thread")),
         Contender(PROCESS, run_aiovec("process")),
+        Contender(PROCESS_VIEW, run_aiovec("process", copy=False),
+                  skip=lambda w, n: None if w.name == "PixelEnv" and n == 32 else ""),
         Contender(AUTO, run_aiovec("auto")),
         Contender(PROCESS_PER_ENV, run_process_per_env, skip=only_sleep_up_to_32),
         Contender(SHIM, run_shim, skip=not_256("shim measured at 8 and 32 envs")),
@@ -588,39 +592,16 @@ def extra_metrics(results: Results) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class Check:
-    label: str
-    value: float | None
-    target: float
-    unit: str = "x"
-    at_most: bool = False
-    per_repeat: Sequence[float] = ()  # the same ratio within each repeat, to judge the noise
-
-    def line(self) -> str:
-        if self.value is None:
-            return f"n/a   {self.label}: no result"
-        passed = self.value <= self.target if self.at_most else self.value >= self.target
-        sign = "≤" if self.at_most else "≥"
-        shown = f"{self.value:.0%}" if self.unit == "%" else f"{self.value:.2f}{self.unit}"
-        target = f"{self.target:.0%}" if self.unit == "%" else f"{self.target:g}{self.unit}"
-        line = f"{'PASS' if passed else 'MISS'}  {self.label}: {shown} (target {sign} {target})"
-        if len(self.per_repeat) > 1:
-            line += "; per repeat: " + " ".join(
-                f"{r:.0%}" if self.unit == "%" else f"{r:.2f}" for r in self.per_repeat)
-        return line
-
-
 def target_checks(results: Results) -> list[str]:
     def versus(label: str, workload: str, num_envs: int, base: str, target: float,
-               base_envs: int | None = None, unit: str = "x") -> Check:
-        """aiovec process against ``base``: the ratio of medians, and the per-repeat ratios."""
-        value = results.median(workload, num_envs, PROCESS)
+               base_envs: int | None = None, unit: str = "x", ours: str = PROCESS) -> Check:
+        """``ours`` against ``base``: the ratio of medians, and the per-repeat ratios."""
+        value = results.median(workload, num_envs, ours)
         reference = results.median(workload, base_envs or num_envs, base)
-        ours = {t.repeat: t.steps_per_second
-                for t in results.timings.get(Cell(workload, num_envs, PROCESS), [])}
+        mine = {t.repeat: t.steps_per_second
+                for t in results.timings.get(Cell(workload, num_envs, ours), [])}
         theirs = results.timings.get(Cell(workload, base_envs or num_envs, base), [])
-        paired = [ours[t.repeat] / t.steps_per_second for t in theirs if t.repeat in ours]
+        paired = [mine[t.repeat] / t.steps_per_second for t in theirs if t.repeat in mine]
         ratio = None if value is None or not reference else value / reference
         return Check(label, ratio, target, unit=unit, per_repeat=paired)
 
@@ -628,14 +609,22 @@ def target_checks(results: Results) -> list[str]:
     auto_startup = results.startup.get(AUTO)
     checks = [
         versus("CartPole-v1 n=32, aiovec process vs SyncVectorEnv", "CartPole-v1", 32, SYNC,
-               1.2),
+               1.5),
+        versus("CartPole-v1 n=32, aiovec process vs 2 raw loops in 2 processes",
+               "CartPole-v1", 32, RAW_PAIR, 0.8, base_envs=2, unit="%"),
+        versus("CartPole-v1 n=8, aiovec process vs SyncVectorEnv", "CartPole-v1", 8, SYNC,
+               1.0),
         versus("CartPole-v1 n=32, aiovec process vs Gymnasium AsyncVectorEnv", "CartPole-v1",
                32, GYM_ASYNC, 15.0),
+        *(versus(f"CartPole-v1 n={n}, sync shim vs await (both process)", "CartPole-v1", n,
+                 PROCESS, 0.95, ours=SHIM) for n in (8, 32)),
         versus("CpuEnv n=8, aiovec process vs 2 raw loops in 2 processes", "CpuEnv", 8,
                RAW_PAIR, 0.9, base_envs=2, unit="%"),
         versus("PixelEnv n=32, aiovec process vs Gymnasium AsyncVectorEnv", "PixelEnv", 32,
                GYM_ASYNC, 10.0),
         versus("PixelEnv n=32, aiovec process vs SyncVectorEnv", "PixelEnv", 32, SYNC, 1.0),
+        versus("PixelEnv n=32, aiovec process copy=False vs SyncVectorEnv", "PixelEnv", 32,
+               SYNC, 1.2, ours=PROCESS_VIEW),
         Check(f"start-up ({STARTUP_ENVS} CartPole envs to first step), aiovec process",
               statistics.median(startup) if startup else None, 1.0, unit=" s", at_most=True,
               per_repeat=startup or ()),
@@ -672,7 +661,7 @@ def auto_checks(results: Results) -> list[Check]:
 
 
 def report(workloads: Sequence[Workload], results: Results, header: list[str],
-           runtime: float) -> str:
+           runtime: float, companions: Sequence[CompanionRun] = ()) -> str:
     lines = [*header, f"- total runtime: {runtime:.0f} s", ""]
     order = list(results.timings) + [c for c in results.errors if c not in results.timings]
     for workload in workloads:
@@ -682,12 +671,17 @@ def report(workloads: Sequence[Workload], results: Results, header: list[str],
         lines += [*workload_table(workload, cells, results), ""]
     lines += [*extra_metrics(results), "", "## Target checks (reported, never asserted)", "",
               "Ratios of medians; *per repeat*: the same ratio within each repeat.", "",
-              "```", *target_checks(results), "```", "", "## Notes", ""]
-    lines += [f"- {note}" for note in dict.fromkeys(results.notes)]
-    return "\n".join(lines) + "\n"
+              "```", *target_checks(results),
+              *(line for run in companions for line in run.target_lines), "```", ""]
+    if companions:
+        lines += ["The lines after the start-up and auto ones come from the companion scripts "
+                  "below, each run right after this table, one at a time.", ""]
+    lines += ["## Notes", "", *(f"- {note}" for note in dict.fromkeys(results.notes)), ""]
+    lines += report_lines(companions)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-CONTENDER_ORDER = [RAW, RAW_PAIR, SYNC, GYM_ASYNC, INLINE, THREAD, PROCESS, AUTO,
+CONTENDER_ORDER = [RAW, RAW_PAIR, SYNC, GYM_ASYNC, INLINE, THREAD, PROCESS, PROCESS_VIEW, AUTO,
                    PROCESS_PER_ENV, SHIM, ENVPOOL]
 
 
@@ -747,6 +741,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma-separated subset, e.g. CartPole-v1,PixelEnv (default: all)")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR,
                         help="directory for latest.md and latest.png")
+    parser.add_argument("--companions", action=argparse.BooleanOptionalAction, default=None,
+                        help="then run the companion scripts (companions.py) and report their "
+                             "targets too (default: yes, except with --quick)")
     return parser.parse_args(argv)
 
 
@@ -771,8 +768,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if puffer:
         results.notes.append(puffer)
 
+    runtime = time.perf_counter() - started
+    companions = (run_companions(COMPANIONS, args.output, quick=args.quick)
+                  if args.companions or (args.companions is None and not args.quick) else [])
     header = machine_info(plan, repeats, load)
-    text = report(workloads, results, header, time.perf_counter() - started)
+    text = report(workloads, results, header, runtime, companions)
     print("\n" + text, flush=True)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "latest.md").write_text(text)

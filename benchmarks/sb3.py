@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true", help="one 0.5 s repeat per cell")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the table")
     args = parser.parse_args()
     repeats, plan = args.repeats, Plan(seconds=args.seconds)
     if args.quick:
@@ -110,7 +111,7 @@ def main() -> None:
         lines.append(f"| {workload} | " + " | ".join(row) + f" | {ratio} |")
     table = "\n".join(lines) + "\n"
     print(table)
-    RESULTS.write_text(table)
+    args.output.write_text(table)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ Before/after: copy this file into an old checkout's ``benchmarks/`` and run
 ``benchmarks/compare.py --old OLD -- statistics_cost.py`` (it compares the "time vs
 SyncVectorEnv" and "µs per sub-env step" columns), or run it in each checkout alternately.
 
-Run: ``.venv/bin/python benchmarks/statistics_cost.py [--repeats 7] [--steps 2000]``.
+Run: ``.venv/bin/python benchmarks/statistics_cost.py [--quick] [--repeats 7] [--steps 2000]``.
+It ends with issue 19's targets as PASS/MISS lines (``run.py`` gathers them).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import anyio
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from harness import Check
 
 import aiovec
 from aiovec._backends._slot import EnvSlot
@@ -133,7 +135,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--slot-steps", type=int, default=200_000)
+    parser.add_argument("--quick", action="store_true", help="2 repeats of few steps (seconds)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.steps, args.slot_steps = 2, 200, 20_000
+    checks: list[Check] = []
     warmup = args.steps // 10
 
     print(f"# Statistics cost, CartPole-v1, median of {args.repeats} interleaved repeats, each "
@@ -160,6 +166,11 @@ def main() -> None:
         for name, values in samples.items():
             ratios = [value / base for value, base in zip(values, baseline)]
             median = statistics.median(values)
+            if name == "aiovec inline, uvloop, statistics on":
+                checks.append(Check(f"CartPole-v1 n={num_envs}, aiovec inline with statistics "
+                                    "vs SyncVectorEnv, time per vector step",
+                                    median / statistics.median(baseline), 1.10, at_most=True,
+                                    per_repeat=ratios))
             print(f"| {name} | {num_envs} | {median * 1e6:.1f} | "
                   f"{median / statistics.median(baseline):.2f}x | {spread(ratios)} |",
                   flush=True)
@@ -190,6 +201,11 @@ def main() -> None:
               f"{', '.join(f'{value * 1e9:.0f}' for value in values)} |")
     print(f"| on - off | {statistics.median(differences):.0f} | "
           f"{', '.join(f'{value:.0f}' for value in differences)} |")
+    checks.append(Check("statistics cost per sub-env step (EnvSlot, on - off)",
+                        statistics.median(differences) / 1000, 0.1, unit=" µs", at_most=True,
+                        per_repeat=[value / 1000 for value in differences]))
+    print("\n# Targets (issue 19; reported, never asserted)\n")
+    print("```", *(check.line() for check in checks), "```", sep="\n")
 
 
 if __name__ == "__main__":
