@@ -170,6 +170,8 @@ class Engine:
                         replies[indices.index(env_index)] = reply
                     broken = {}
             result = self._assemble_reset(indices, replies, broken)
+            if self._results.misfits:
+                self._refuse_misfits(in_flight, replies, broken)
             if broken:
                 self._fail("reset", in_flight, broken, result)
             for env_index, (_reply, reason) in (restarted or {}).items():
@@ -197,6 +199,10 @@ class Engine:
     async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
         try:
             replies, broken = await self._gather(in_flight, timeout)
+            results = self._results
+            infos = {} if in_flight.quiet() else results.store_steps(replies, broken)
+            if results.misfits:
+                self._refuse_misfits(in_flight, replies, broken)
             if broken:
                 self._step_counts.add_answered(in_flight.env_indices, replies)
             else:
@@ -204,12 +210,10 @@ class Engine:
             restarted = None
             if broken and self._restart_policy is not None:
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-                previous = {index: self._results.row(index) for index in broken}
+                previous = {index: results.row(index) for index in broken}
                 restarted = await self._restart_or_abandon(
                     in_flight, broken, {} if same_step else None, previous)
                 self._check_open("step")
-            results = self._results
-            infos = {} if in_flight.quiet() else results.store_steps(replies, broken)
             if restarted is not None:
                 results.apply_restarts(restarted, previous, infos)
                 broken = {}
@@ -230,6 +234,18 @@ class Engine:
             return result
         finally:
             self._release(in_flight)
+
+    def _refuse_misfits(self, in_flight: InFlight, replies: list[Any],
+                        broken: dict[int, str]) -> None:
+        """Sub-envs whose observation did not fit the batch failed: as if they had raised."""
+        misfits = self._results.misfits
+        positions = {env_index: position for position, env_index
+                     in enumerate(in_flight.env_indices)}
+        for failure in misfits:
+            replies[positions[failure.env_index]] = failure
+            broken[failure.env_index] = failure.description
+        in_flight.failed.extend(misfits)
+        self._counters.errors += len(misfits)
 
     async def _finish_call(self, in_flight: InFlight, timeout: Timeout) -> tuple[Any, ...]:
         try:

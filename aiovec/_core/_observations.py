@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["copy_observations", "put_rows", "read_row", "take_rows"]
+from aiovec._core._requests import Failure
+
+__all__ = ["copy_observations", "misfit_failure", "put_rows", "read_row", "take_rows"]
 
 
 def copy_observations(observations: Any) -> Any:
@@ -54,3 +56,18 @@ def put_rows(observations: Any, rows: Any, batch: Any, batch_rows: Any = None) -
     else:
         for child, part in zip(observations, batch):
             put_rows(child, rows, part, batch_rows)
+
+
+def misfit_failure(env_index: int, phase: str, observation: Any, space: Any,
+            error: Exception) -> Failure:
+    """The failure of a sub-env whose observation does not fit its batch row."""
+    expected = getattr(space, "shape", None)
+    shape = getattr(observation, "shape", None)
+    try:
+        if shape is not None and expected is not None and shape != expected:
+            raise ValueError(f"sub-env {env_index} returned an observation of shape {shape}; "
+                             f"its observation space has shape {expected}") from error
+        raise ValueError(f"sub-env {env_index} returned an observation that does not fit its "
+                         f"observation space {space}: {error}") from error
+    except ValueError as refused:
+        return Failure.capture(env_index, phase, refused)

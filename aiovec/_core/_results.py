@@ -15,6 +15,7 @@ caller copies unless ``copy=False``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,8 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._infos import merge_info
-from aiovec._core._observations import read_row, take_rows
-from aiovec._core._requests import BatchBuffers
+from aiovec._core._observations import misfit_failure, read_row, take_rows
+from aiovec._core._requests import BatchBuffers, Failure
 from aiovec._core._spaces import VectorSpaces
 
 __all__ = ["BatchResults", "Restarts"]
@@ -43,6 +44,9 @@ class BatchResults:
         self.in_place = buffers is not None
         #: Each sub-env's ``np_random_seed`` as of its last reset.
         self.np_random_seeds: list[int | None] = [None] * num_envs
+        #: The sub-envs whose observation did not fit the batch in the last ``store_*`` (not
+        #: in place: a worker refuses those itself), each failed by name.
+        self.misfits: list[Failure] = []
         if buffers is not None:  # the backend's sub-envs write straight into these
             self.observations: Any = buffers.observations
             self.rewards = buffers.rewards
@@ -80,12 +84,14 @@ class BatchResults:
         else:
             env_obs = self.env_obs
             for position in healthy:
-                obs, info, seed = replies[position]
+                env_obs[env_indices[position]] = replies[position][0]
+            self._concatenate("reset", [env_indices[position] for position in healthy])
+            refused = {failure.env_index for failure in self.misfits}
+            for position in healthy:
                 env_index = env_indices[position]
-                env_obs[env_index] = obs
-                merge_info(infos, info, env_index, n)
-                seeds[env_index] = seed
-            self.observations = concatenate(self.space, env_obs, self.observations)
+                if env_index not in refused:
+                    _, info, seeds[env_index] = replies[position]
+                    merge_info(infos, info, env_index, n)
         done = [env_indices[position] for position in healthy]
         self.terminations[done] = False
         self.truncations[done] = False
@@ -104,33 +110,63 @@ class BatchResults:
                         merge_info(infos, final, env_index, n)
                     if info:
                         merge_info(infos, info, env_index, n)
-        elif broken:
+            if broken:
+                self._zero(list(broken))
+            return infos
+        if broken:
             store = self._store
-            for env_index, reply in enumerate(replies):
-                if env_index in broken:
-                    continue
-                info, final = store(env_index, reply)
-                if final is not None:
-                    merge_info(infos, final, env_index, n)
-                if info:
-                    merge_info(infos, info, env_index, n)
+            answered: Sequence[int] = [env_index for env_index in range(n)
+                                       if env_index not in broken]
+            for env_index in answered:
+                store(env_index, replies[env_index])
+            env_infos = [replies[env_index][4:] for env_index in answered]
+            self._zero(list(broken))
         else:  # every sub-env answered: a column at a time (the hot path of thousands)
-            observations, rewards, terminations, truncations, env_infos, finals = zip(*replies)
+            observations, rewards, terminations, truncations, infos_, finals = zip(*replies)
             self.env_obs[:] = observations
             self.rewards[:] = rewards
             self.terminations[:] = terminations
             self.truncations[:] = truncations
-            if any(env_infos) or finals.count(None) < n:
-                for env_index, (info, final) in enumerate(zip(env_infos, finals)):
-                    if final is not None:
-                        merge_info(infos, final, env_index, n)
-                    if info:
-                        merge_info(infos, info, env_index, n)
-        if broken:
-            self._zero(list(broken))
-        if not self.in_place:
-            self.observations = concatenate(self.space, self.env_obs, self.observations)
+            answered = range(n)
+            env_infos = list(zip(infos_, finals)) if (
+                any(infos_) or finals.count(None) < n) else []
+        if self._concatenate("step", answered):
+            refused = {failure.env_index for failure in self.misfits}
+            self._zero(list(refused))
+            env_infos = [pair for env_index, pair in zip(answered, env_infos)
+                         if env_index not in refused]
+            answered = [env_index for env_index in answered if env_index not in refused]
+        for env_index, (info, final) in zip(answered, env_infos):
+            if final is not None:
+                merge_info(infos, final, env_index, n)
+            if info:
+                merge_info(infos, info, env_index, n)
         return infos
+
+    def _concatenate(self, phase: str, stored: Sequence[int]) -> bool:
+        """Batch ``env_obs`` → False; or, when some of the just ``stored`` observations do not
+        fit the batch, refuse those (each keeps its previous observation and is listed in
+        ``misfits``), batch the rest and → True. Costs nothing while every one fits."""
+        if self.misfits:
+            self.misfits = []
+        try:
+            self.observations = concatenate(self.space, self.env_obs, self.observations)
+            return False
+        except Exception as error:  # which ones? one at a time, off the hot path
+            batch_error = error
+        row: Any = create_empty_array(self.space, 1, np.zeros)
+        for env_index in stored:
+            try:
+                concatenate(self.space, [self.env_obs[env_index]], row)
+            except Exception as error:
+                self.misfits.append(misfit_failure(env_index, phase,
+                                                   self.env_obs[env_index], self.space,
+                                                   error))
+                self.env_obs[env_index] = read_row(self.observations, env_index)
+        if not self.misfits:
+            raise batch_error
+        self.observations = concatenate(self.space, self.env_obs, self.observations)
+        return True
 
     def _store(self, env_index: int, reply: Any) -> tuple[Any, Any]:
         """Keep a sub-env's step outcome (not in place) → its ``(info, final)``."""
@@ -214,3 +250,4 @@ class BatchResults:
                                        buffer)
         return StepBatch(observations, self.rewards[ids], self.terminations[ids],
                          self.truncations[ids], infos, ids)
+

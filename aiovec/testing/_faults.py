@@ -35,8 +35,9 @@ __all__ = [
 
 #: What a fault does: raise ``InjectedFault``; block (until ``release_hangs`` or
 #: ``hang_seconds``); ``os._exit``; SIGKILL its own process; return an obs / info that pickle
-#: refuses.
-FAULT_KINDS = ("raise", "hang", "exit", "kill", "unpicklable_obs", "unpicklable_info")
+#: refuses; return an obs one element short of its space's shape.
+FAULT_KINDS = ("raise", "hang", "exit", "kill", "unpicklable_obs", "unpicklable_info",
+               "misshapen_obs")
 PHASES = ("init", "reset", "step", "close")
 _PROCESS_ENDING = ("exit", "kill")
 
@@ -226,6 +227,8 @@ class FaultyEnv(gym.Env[np.ndarray, np.ndarray]):
         values = [self._episode_step, self._last_action, self.np_random.random(),
                   self.instance]
         obs = np.array(values, dtype=np.float64)
+        if kind == "misshapen_obs":
+            return obs[:-1]
         return obs.view(_Unpicklable) if kind == "unpicklable_obs" else obs
 
     @staticmethod

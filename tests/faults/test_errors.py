@@ -116,6 +116,37 @@ async def test_unpicklable_observation(backend: str, no_leaks: None) -> None:
         assert obs[:, 0].tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("phase", ["step", "reset"])
+async def test_an_observation_that_does_not_fit_fails_its_sub_env_by_name(
+        backend: str, phase: str, no_leaks: None) -> None:
+    """An observation one element short of its space cannot join the batch: the sub-env
+    fails by index with the shape in the message, keeps its previous observation, and the
+    others' results ride along (before the fix, inline/thread/async raised a bare numpy
+    ValueError for the whole call)."""
+    faults = {2: [Fault("misshapen_obs", phase, at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(4, faults=faults, backend=backend),
+                                     backend=backend) as envs:
+        await envs.reset(seed=0)
+        before, *_ = await envs.step(np.full(4, 1.0))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await (envs.step(np.full(4, 2.0)) if phase == "step" else envs.reset(seed=1))
+        group = caught.value
+        assert group.env_ids == (2,) and group.operation == phase
+        cause = group.exceptions[0].__cause__
+        assert isinstance(cause, ValueError) and "shape (3,)" in str(cause), cause
+        obs = group.partial_result[0]
+        assert obs[2].tolist() == before[2].tolist()  # its previous observation, untouched
+        if phase == "step":
+            assert obs[[0, 1, 3], :2].tolist() == [[2, 2]] * 3
+            assert group.partial_result[1].tolist() == [2, 2, 0, 2]
+        else:
+            assert obs[[0, 1, 3], :2].tolist() == [[0, 0]] * 3
+        assert envs.unusable_envs == (2,)
+        obs, _ = await envs.reset(seed=2)  # a reset mends it
+        assert obs[:, :2].tolist() == [[0, 0]] * 4
+
+
 @pytest.mark.parametrize(("kind", "exit_status", "description"),
                          [("exit", 3, "exit code 3"),
                           ("kill", -signal.SIGKILL, "killed by SIGKILL")])

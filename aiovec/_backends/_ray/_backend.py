@@ -46,7 +46,7 @@ from aiovec._backends._ray._actor import EnvHost, StepBlock, Tallied
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
-from aiovec._core._observations import put_rows
+from aiovec._core._observations import misfit_failure, put_rows
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import VectorSpaces
@@ -191,14 +191,19 @@ class _RayPending(CountdownPending):
                 placed.append(reply)
                 continue
             row = _rows_of(buffers.observations, slice(env_index, env_index + 1))  # views
+            observation = reply[0]
+            try:
+                concatenate(space, [observation], row)
+            except Exception as error:
+                placed.append(misfit_failure(env_index, self.op.value, observation, space,
+                                             error))
+                continue
             try:
                 if self.op is Op.RESET:
-                    observation, info, seed = reply
-                    concatenate(space, [observation], row)
+                    _, info, seed = reply
                     placed.append((info, seed))
                     continue
-                observation, reward, terminated, truncated, info, final = reply
-                concatenate(space, [observation], row)
+                _, reward, terminated, truncated, info, final = reply
                 buffers.rewards[env_index] = reward
                 buffers.terminations[env_index] = terminated
                 buffers.truncations[env_index] = truncated
