@@ -8,13 +8,16 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Coroutine
 from types import FrameType
+from typing import Any
 
 import numpy as np
 import pytest
 import trio
 
 import aiovec
+from aiovec._shim._loop_driver import LoopDriver
 from aiovec.testing import CountingEnv
 from tests.envs import GatedEnv
 
@@ -154,3 +157,58 @@ def test_ctrl_c_received_by_another_thread_still_cancels_the_call(ctrl_c: None) 
     finally:
         gated.release.set()
         shim.close()
+
+
+def test_ctrl_c_before_the_call_started_interrupts_without_running_it(ctrl_c: None) -> None:
+    """SIGINT between the handler's install and the call's first step: the call is cancelled
+    before its coroutine ever ran, which must still end the call (a task cancelled that early
+    never runs the code that would stop the loop; this hung), and nothing of it runs."""
+    driver = LoopDriver()
+    ran: list[str] = []
+
+    async def record(word: str) -> str:
+        ran.append(word)
+        return word
+
+    def interrupt_then_make(loop: asyncio.AbstractEventLoop,
+                            coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        signal.raise_signal(signal.SIGINT)  # the handler runs here, before the task exists
+        return asyncio.Task(coro, loop=loop)
+
+    # Should the call hang, this stops the loop (the task is long done) and ends it late.
+    watchdog = threading.Timer(5, lambda: driver._loop.call_soon_threadsafe(driver._loop.stop))
+    try:
+        driver._loop.set_task_factory(interrupt_then_make)
+        watchdog.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            driver.run(record, "interrupted")
+        assert time.monotonic() - started < 4
+        driver._loop.set_task_factory(None)
+        assert driver.run(record, "next") == "next"  # the loop takes the next call
+        assert ran == ["next"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        watchdog.cancel()
+        driver._loop.set_task_factory(None)
+        driver.stop()
+
+
+def test_calls_leave_nothing_scheduled_on_the_loop() -> None:
+    """Between calls the loop stands still with nothing queued: each call's task is done and
+    no callback of it is left to run in a later call."""
+    driver = LoopDriver()
+
+    async def checkpoints(count: int) -> int:
+        for _ in range(count):
+            await asyncio.sleep(0)
+        return count
+
+    try:
+        for count in range(4):
+            assert driver.run(checkpoints, count) == count
+            assert asyncio.all_tasks(driver._loop) == set()
+            assert not driver._loop.is_running()
+            assert len(driver._loop._ready) == 0  # type: ignore[attr-defined]
+    finally:
+        driver.stop()
