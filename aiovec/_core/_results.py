@@ -67,8 +67,9 @@ class BatchResults:
     # ------------------------------------------------------------------ full batches
 
     def store_resets(self, env_indices: list[int], replies: list[Any],
-                     healthy: range | list[int]) -> dict[str, Any]:
-        """Keep the reset replies at positions ``healthy`` → the merged infos."""
+                     healthy: range | list[int], out: Any = None) -> dict[str, Any]:
+        """Keep the reset replies at positions ``healthy`` → the merged infos. ``out``: see
+        ``batch_into``."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         seeds = self.np_random_seeds
@@ -85,15 +86,17 @@ class BatchResults:
                 env_obs[env_index] = obs
                 merge_info(infos, info, env_index, n)
                 seeds[env_index] = seed
-            self.observations = concatenate(self.space, env_obs, self.observations)
+            self.batch_into(out)
         done = [env_indices[position] for position in healthy]
         self.terminations[done] = False
         self.truncations[done] = False
         return infos
 
-    def store_steps(self, replies: list[Any], broken: dict[int, str]) -> dict[str, Any]:
+    def store_steps(self, replies: list[Any], broken: dict[int, str],
+                    out: Any = None) -> dict[str, Any]:
         """Batch the healthy step replies → the merged infos. Broken sub-envs keep their
-        observation, with reward 0 and no episode end (a restart may then overwrite them)."""
+        observation, with reward 0 and no episode end (a restart may then overwrite them).
+        ``out``: see ``batch_into``."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         if self.in_place:  # results are in place; a reply is None or (info, final)
@@ -129,8 +132,17 @@ class BatchResults:
         if broken:
             self._zero(list(broken))
         if not self.in_place:
-            self.observations = concatenate(self.space, self.env_obs, self.observations)
+            self.batch_into(out)
         return infos
+
+    def batch_into(self, out: Any) -> None:
+        """Not in place: concatenate the sub-envs' observations into the batch array, or
+        straight into ``out`` (the caller's buffer, checked) so that it is the only copy;
+        every full batch is concatenated afresh, so the batch array is never read stale."""
+        if out is None:
+            self.observations = concatenate(self.space, self.env_obs, self.observations)
+        else:
+            concatenate(self.space, self.env_obs, out)
 
     def _store(self, env_index: int, reply: Any) -> tuple[Any, Any]:
         """Keep a sub-env's step outcome (not in place) → its ``(info, final)``."""
@@ -153,12 +165,13 @@ class BatchResults:
         return copy.deepcopy(self.env_obs[env_index])
 
     def apply_restarts(self, restarted: Restarts, previous: dict[int, Any],
-                       infos: dict[str, Any], positions: dict[int, int] | None = None) -> None:
+                       infos: dict[str, Any], positions: dict[int, int] | None = None,
+                       out: Any = None) -> None:
         """Restarted sub-envs: episode cut (``truncated``), reward 0, ``infos["restart"]``;
         in same-step mode their new episode's first observation, the old one in ``final_obs``.
 
         ``positions`` maps each to its row in a first-ready batch (else rows are env indices);
-        the full batch of observations is then left alone.
+        the full batch of observations is then left alone. ``out``: see ``batch_into``.
         """
         n = self.num_envs if positions is None else len(positions)
         for env_index, (reply, reason) in restarted.items():
@@ -176,7 +189,7 @@ class BatchResults:
             merge_info(infos, extra, row, n)
         if positions is None and not self.in_place and any(
                 reply is not None for reply, _ in restarted.values()):
-            self.observations = concatenate(self.space, self.env_obs, self.observations)
+            self.batch_into(out)
 
     # ------------------------------------------------------------------ first-ready batches
 
