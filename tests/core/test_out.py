@@ -94,6 +94,32 @@ async def test_rollouts_into_out_match_sync_vector_env(backend: str, mode: Autor
     check_rollout(actual, reference(kind, mode, seed))
 
 
+@pytest.mark.ray
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Ray on every loop: test_ray.py
+@pytest.mark.parametrize("kind", ["box", "dict"])
+async def test_ray_rollouts_into_out_match_sync_vector_env(kind: str) -> None:
+    """Ray's actors write their blocks into the batch arrays, as the process workers write
+    shared memory: ``out`` is filled from them the same way."""
+    mode = AutoresetMode.SAME_STEP
+    seed = 7
+    async with aiovec.AsyncVectorEnv([env_factory(kind)] * NUM_ENVS, backend="ray",
+                                     autoreset_mode=mode, num_workers=2) as envs:
+        out = create_empty_array(envs.single_observation_space, NUM_ENVS, np.zeros)
+
+        async def reset(**kwargs: Any) -> tuple[Any, dict[str, Any]]:
+            obs, infos = await envs.reset(**kwargs, out=out)
+            assert obs is out
+            return snapshot(obs), infos
+
+        async def step(actions: Any) -> tuple[Any, ...]:
+            obs, *rest = await envs.step(actions, out=out)
+            assert obs is out
+            return (snapshot(obs), *rest)
+
+        actual = await rollout(reset, step, envs.action_space, mode, seed, OUT_STEPS)
+    check_rollout(actual, reference(kind, mode, seed))
+
+
 def twins(factories: list[Callable[[], Any]], backend: str,
           **options: Any) -> tuple[aiovec.AsyncVectorEnv, aiovec.AsyncVectorEnv]:
     """Two vector envs of the same sub-envs: one is stepped into ``out``, one is not."""
