@@ -160,9 +160,10 @@ def main() -> None:
         for name, timing in measured.items():
             timings[name].append(timing)
             ratios[name].append(timing.steps_per_second / measured[SYNC].steps_per_second)
-    print(f"# PixelEnv, {args.envs} envs: one copy each way\n")
     print(f"{machine()}; aiovec {revision()}; {args.repeats} repeats of {args.seconds:g} s; "
           f"load average {os.getloadavg()[0]:.2f} at the end.\n")
+    # The heading right above the table names its section for compare.py.
+    print(f"## PixelEnv, {args.envs} envs: one copy each way\n")
     print("| contender | num_envs | steps/s (median) | spread | µs per vector step (median) "
           "| vs SyncVectorEnv | per repeat |")
     print("|---|---:|---:|---:|---:|---:|---|")
