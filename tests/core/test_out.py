@@ -265,3 +265,23 @@ async def test_failures_and_restarts_fill_out_as_they_fill_the_batch(
             if step == 2 and (not restart or mode is AutoresetMode.DISABLED):
                 break  # sub-env 1 needs the caller's reset now
         assert (into.statistics().restarts, into.statistics().errors) == (int(restart), 1)
+
+
+async def test_a_reset_that_remakes_a_dead_worker_fills_out() -> None:
+    """Sub-env 1's worker dies in a step: the error's partial result is ``out``; the reset
+    that makes it afresh (before resetting everyone) fills ``out`` too."""
+    faults = {1: [Fault("exit", "step", at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(2, faults=faults, backend="process"),
+                                     backend="process", num_workers=2) as envs:
+        out = np.full((2, 4), -1.0)
+        await envs.reset(seed=0, out=out)
+        await envs.step(np.full(2, 5.0), out=out)
+        assert out[:, :2].tolist() == [[1.0, 5.0], [1.0, 5.0]]
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.full(2, 6.0), out=out)
+        assert caught.value.env_ids == (1,)
+        assert caught.value.partial_result[0] is out
+        assert out[:, :2].tolist() == [[2.0, 6.0], [1.0, 5.0]]  # sub-env 1 keeps its last
+        obs, _ = await envs.reset(seed=1, out=out)
+        assert obs is out and out[:, :2].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+        assert envs.statistics().restarts == 1
