@@ -229,7 +229,7 @@ class Engine:
                 self._health.ended(results.terminations, results.truncations)
             # No local name for the batch: a raised error's frames must not pin shared memory.
             result = (
-                self._observations_for_caller(in_flight.out),
+                self._observations_for_caller(out),
                 results.rewards.copy(),
                 results.terminations.copy(),
                 results.truncations.copy(),
