@@ -41,7 +41,7 @@ from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._health import Health
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._infos import merge_info
-from aiovec._core._observations import copy_observations
+from aiovec._core._observations import check_out, copy_into, copy_observations
 from aiovec._core._recovery import Recovery
 from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op
 from aiovec._core._restart import RestartPolicy
@@ -123,10 +123,11 @@ class Engine:
                     "for recv(); receive them (or reset those sub-envs) first")
 
     def _submit(
-        self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any]
+        self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any],
+        out: Any = None,
     ) -> InFlight:
         pending = self._backend.submit(op, env_indices, payloads)
-        in_flight = InFlight(operation, op, env_indices, payloads, pending)
+        in_flight = InFlight(operation, op, env_indices, payloads, pending, out=out)
         self._in_flight = in_flight
         return in_flight
 
@@ -134,14 +135,16 @@ class Engine:
         if self._in_flight is in_flight:
             self._in_flight = None
 
-    async def _submit_step(self, actions: Any) -> InFlight:
+    async def _submit_step(self, actions: Any, out: Any = None) -> InFlight:
         self._claim("step")
         if self._state is not State.RUNNING or not self._health.all_ready():
             raise ResetNeededError(self._reset_needed_message())
         backend = self._backend
         batch = self._actions.check(actions, copy=backend.keeps_actions)
+        if out is not None:
+            check_out(out, self._results.observations)
         payloads = batch if backend.takes_action_batches else self._actions.split(batch)
-        return self._submit(Op.STEP, "step", self._all_envs, payloads)
+        return self._submit(Op.STEP, "step", self._all_envs, payloads, out)
 
     def _reset_needed_message(self) -> str:
         if self._state is not State.RUNNING or not self._health.has_reset:
@@ -169,7 +172,7 @@ class Engine:
                     for env_index, (reply, _reason) in restarted.items():
                         replies[indices.index(env_index)] = reply
                     broken = {}
-            result = self._assemble_reset(indices, replies, broken)
+            result = self._assemble_reset(indices, replies, broken, in_flight.out)
             if self._results.misfits:
                 self._refuse_misfits(in_flight, replies, broken)
             if broken:
@@ -181,11 +184,11 @@ class Engine:
         finally:
             self._release(in_flight)
 
-    def _assemble_reset(self, indices: list[int], replies: list[Any],
-                        broken: dict[int, str]) -> tuple[Any, dict[str, Any]]:
+    def _assemble_reset(self, indices: list[int], replies: list[Any], broken: dict[int, str],
+                        out: Any) -> tuple[Any, dict[str, Any]]:
         healthy = [position for position, env_index in enumerate(indices)
                    if env_index not in broken] if broken else range(len(indices))
-        infos = self._results.store_resets(indices, replies, healthy)
+        infos = self._results.store_resets(indices, replies, healthy, out)
         done = [indices[position] for position in healthy]
         if self._first_ready:  # results still waiting for recv belong to the old episodes
             self._first_ready.forget(done)
@@ -193,14 +196,23 @@ class Engine:
             self._restart_notes.pop(env_index, None)
         self._health.reset_done(done)
         self._health.has_reset = True
+        return self._observations_for_caller(out), infos
+
+    def _observations_for_caller(self, out: Any) -> Any:
+        """The batch's observations as the caller gets them: in ``out`` (the caller's buffer,
+        checked when the call was submitted; backends not in place concatenated into it
+        already), else a copy unless ``copy=False``."""
         observations = self._results.observations
-        return (copy_observations(observations) if self.copy else observations), infos
+        if out is not None:
+            return copy_into(out, observations) if self._results.in_place else out
+        return copy_observations(observations) if self.copy else observations
 
     async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
         try:
             replies, broken = await self._gather(in_flight, timeout)
             results = self._results
-            infos = {} if in_flight.quiet() else results.store_steps(replies, broken)
+            out = in_flight.out
+            infos = {} if in_flight.quiet() else results.store_steps(replies, broken, out)
             if results.misfits:
                 self._refuse_misfits(in_flight, replies, broken)
             if broken:
@@ -215,13 +227,13 @@ class Engine:
                     in_flight, broken, {} if same_step else None, previous)
                 self._check_open("step")
             if restarted is not None:
-                results.apply_restarts(restarted, previous, infos)
+                results.apply_restarts(restarted, previous, infos, out=out)
                 broken = {}
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self._health.ended(results.terminations, results.truncations)
             # No local name for the batch: a raised error's frames must not pin shared memory.
             result = (
-                copy_observations(results.observations) if self.copy else results.observations,
+                self._observations_for_caller(out),
                 results.rewards.copy(),
                 results.terminations.copy(),
                 results.truncations.copy(),
@@ -257,6 +269,35 @@ class Engine:
             return result
         finally:
             self._release(in_flight)
+
+    def _submit_some(self, actions: Any, env_ids: Any, timeout: Timeout) -> None:
+        """``send``: check that sub-envs ``env_ids`` can take a step now, check their actions,
+        and submit them to the backend, each with its own deadline."""
+        self._check_not_closed("send")
+        first = self._first_ready
+        if self._state is not State.RUNNING or first is None or not self._health.has_reset:
+            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
+        if self._in_flight is not None:
+            raise BusyError(f"cannot send: another task is still running "
+                            f"{self._in_flight.operation} on this vector env")
+        ids = self._env_ids(env_ids)
+        owed = first.owed(ids)
+        if owed:
+            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
+                            "result is waiting for recv()")
+        needy = self._health.needing_reset(ids)
+        if needy:
+            raise ResetNeededError(
+                f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
+                "failed, or done with autoreset disabled)")
+        batch = self._actions_for(len(ids)).check(actions, ids,
+                                                  copy=self._backend.keeps_actions)
+        payloads = (batch if self._backend.takes_action_batches
+                    else self._actions_for(len(ids)).split(batch))
+        seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
+        pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
+        deadline = None if seconds is None else anyio.current_time() + seconds
+        first.sent(pending, deadline, seconds)
 
     async def _wait_for_results(self, first: FirstReady, count: int) -> None:
         deadline = first.next_deadline()

@@ -33,11 +33,11 @@ class InFlight:
     and not yet collected."""
 
     __slots__ = ("deadline", "early", "env_indices", "failed", "late", "op", "operation",
-                 "payloads", "pending", "remake")
+                 "out", "payloads", "pending", "remake")
 
     def __init__(self, operation: str, op: Op, env_indices: Sequence[int],
                  payloads: Sequence[Any], pending: Pending | None,
-                 remake: Sequence[int] = ()) -> None:
+                 remake: Sequence[int] = (), out: Any = None) -> None:
         self.operation = operation
         self.op = op
         self.env_indices = env_indices
@@ -50,6 +50,8 @@ class InFlight:
         self.deadline: float | None = None
         self.late: list[int] = []
         self.failed: list[Failure] = []
+        #: The caller's buffer for the observations (``out=``, checked), or ``None``.
+        self.out = out
 
     def replies(self) -> list[Any]:
         """One reply per sub-env of ``env_indices`` (``NO_REPLY`` where none came); a copy

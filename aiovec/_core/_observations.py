@@ -1,4 +1,5 @@
-"""Copying batched observations out of the vector env's reusable buffer, and into it."""
+"""Copying batched observations out of the vector env's reusable buffer, and into it; and the
+caller's own buffer (``out=``), checked before a call is sent and filled with one copy."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 
 from aiovec._core._requests import Failure
 
-__all__ = ["copy_observations", "misfit_failure", "put_rows", "read_row", "take_rows"]
+__all__ = ["check_out", "copy_into", "copy_observations", "misfit_failure", "put_rows",
+           "read_row", "take_rows"]
 
 
 def copy_observations(observations: Any) -> Any:
@@ -58,8 +60,56 @@ def put_rows(observations: Any, rows: Any, batch: Any, batch_rows: Any = None) -
             put_rows(child, rows, part, batch_rows)
 
 
+def check_out(out: Any, batch: Any, path: str = "out") -> None:
+    """Refuse an ``out=`` buffer that is not exactly like ``batch`` (the batch arrays): the
+    same tree of dicts and tuples, each leaf a writeable ``np.ndarray`` of the same shape and
+    dtype. ``TypeError`` for the wrong kind of object, ``ValueError`` for the wrong array."""
+    if isinstance(batch, np.ndarray) and batch.dtype != object:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{path} must be a numpy array of shape {batch.shape} and dtype "
+                            f"{batch.dtype}, got {type(out).__name__}")
+        if out.shape != batch.shape or out.dtype != batch.dtype:
+            raise ValueError(f"{path} must have the batched observation's shape {batch.shape} "
+                             f"and dtype {batch.dtype}, got shape {out.shape} and dtype "
+                             f"{out.dtype}")
+        if not out.flags.writeable:
+            raise ValueError(f"{path} is read-only: the observations are written into it")
+    elif isinstance(batch, dict):
+        if not isinstance(out, dict):
+            raise TypeError(f"{path} must be a dict of arrays like the batched observation, "
+                            f"got {type(out).__name__}")
+        if out.keys() != batch.keys():
+            raise ValueError(f"{path} must have the keys {sorted(batch)}, got {sorted(out)}")
+        for key, child in batch.items():
+            check_out(out[key], child, f"{path}[{key!r}]")
+    elif type(batch) is tuple and batch and all(
+            isinstance(child, (np.ndarray, dict, tuple)) for child in batch):
+        if not isinstance(out, tuple) or len(out) != len(batch):
+            raise TypeError(f"{path} must be a tuple of {len(batch)} arrays like the batched "
+                            f"observation, got {type(out).__name__}")
+        for index, (part, child) in enumerate(zip(out, batch)):
+            check_out(part, child, f"{path}[{index}]")
+    else:
+        raise TypeError(f"out= needs an observation space that batches into numpy arrays (Box, "
+                        f"Discrete, MultiBinary, MultiDiscrete, Dict and Tuple of those); "
+                        f"{path} would hold {type(batch).__name__} values")
+
+
+def copy_into(out: Any, batch: Any) -> Any:
+    """Copy a batch into ``out`` (checked by ``check_out``) → ``out``."""
+    if isinstance(out, np.ndarray):
+        np.copyto(out, batch)
+    elif isinstance(out, dict):
+        for key, child in out.items():
+            copy_into(child, batch[key])
+    else:
+        for part, child in zip(out, batch):
+            copy_into(part, child)
+    return out
+
+
 def misfit_failure(env_index: int, phase: str, observation: Any, space: Any,
-            error: Exception) -> Failure:
+                   error: Exception) -> Failure:
     """The failure of a sub-env whose observation does not fit its batch row."""
     expected = getattr(space, "shape", None)
     shape = getattr(observation, "shape", None)

@@ -71,8 +71,9 @@ class BatchResults:
     # ------------------------------------------------------------------ full batches
 
     def store_resets(self, env_indices: list[int], replies: list[Any],
-                     healthy: range | list[int]) -> dict[str, Any]:
-        """Keep the reset replies at positions ``healthy`` → the merged infos."""
+                     healthy: range | list[int], out: Any = None) -> dict[str, Any]:
+        """Keep the reset replies at positions ``healthy`` → the merged infos. ``out``: see
+        ``batch_into``."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         seeds = self.np_random_seeds
@@ -82,10 +83,10 @@ class BatchResults:
                 merge_info(infos, info, env_indices[position], n)
                 seeds[env_indices[position]] = seed
         else:
-            env_obs = self.env_obs
+            observations = list(self.env_obs)
             for position in healthy:
-                env_obs[env_indices[position]] = replies[position][0]
-            self._concatenate("reset", [env_indices[position] for position in healthy])
+                observations[env_indices[position]] = replies[position][0]
+            self._batch("reset", observations, [env_indices[p] for p in healthy], out)
             refused = {failure.env_index for failure in self.misfits}
             for position in healthy:
                 env_index = env_indices[position]
@@ -97,9 +98,12 @@ class BatchResults:
         self.truncations[done] = False
         return infos
 
-    def store_steps(self, replies: list[Any], broken: dict[int, str]) -> dict[str, Any]:
+    def store_steps(self, replies: list[Any], broken: dict[int, str],
+                    out: Any = None) -> dict[str, Any]:
         """Batch the healthy step replies → the merged infos. Broken sub-envs keep their
-        observation, with reward 0 and no episode end (a restart may then overwrite them)."""
+        observation, with reward 0 and no episode end (a restart may then overwrite them);
+        so do those whose observation does not fit the batch (``misfits``). ``out``: see
+        ``batch_into``."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         if self.in_place:  # results are in place; a reply is None or (info, final)
@@ -113,24 +117,27 @@ class BatchResults:
             if broken:
                 self._zero(list(broken))
             return infos
+        answered: Sequence[int]
         if broken:
-            store = self._store
-            answered: Sequence[int] = [env_index for env_index in range(n)
-                                       if env_index not in broken]
+            answered = [env_index for env_index in range(n) if env_index not in broken]
+            kept = list(self.env_obs)
             for env_index in answered:
-                store(env_index, replies[env_index])
+                kept[env_index], reward, terminated, truncated, *_ = replies[env_index]
+                self.rewards[env_index] = reward
+                self.terminations[env_index] = terminated
+                self.truncations[env_index] = truncated
             env_infos = [replies[env_index][4:] for env_index in answered]
             self._zero(list(broken))
+            observations: Sequence[Any] = kept
         else:  # every sub-env answered: a column at a time (the hot path of thousands)
             observations, rewards, terminations, truncations, infos_, finals = zip(*replies)
-            self.env_obs[:] = observations
             self.rewards[:] = rewards
             self.terminations[:] = terminations
             self.truncations[:] = truncations
             answered = range(n)
             env_infos = list(zip(infos_, finals)) if (
                 any(infos_) or finals.count(None) < n) else []
-        if self._concatenate("step", answered):
+        if self._batch("step", observations, answered, out):
             refused = {failure.env_index for failure in self.misfits}
             self._zero(list(refused))
             env_infos = [pair for env_index, pair in zip(answered, env_infos)
@@ -143,30 +150,50 @@ class BatchResults:
                 merge_info(infos, info, env_index, n)
         return infos
 
-    def _concatenate(self, phase: str, stored: Sequence[int]) -> bool:
-        """Batch ``env_obs`` → False; or, when some of the just ``stored`` observations do not
-        fit the batch, refuse those (each keeps its previous observation and is listed in
+    def _batch(self, phase: str, observations: Sequence[Any], stored: Sequence[int],
+               out: Any) -> bool:
+        """Concatenate ``observations`` (one per sub-env) as ``batch_into`` does and keep
+        them as ``env_obs`` → False. When some of the just ``stored`` ones do not fit the
+        batch, refuse those (each keeps its previous observation and is listed in
         ``misfits``), batch the rest and → True. Costs nothing while every one fits."""
         if self.misfits:
             self.misfits = []
         try:
-            self.observations = concatenate(self.space, self.env_obs, self.observations)
-            return False
+            self._concatenate(observations, out)
         except Exception as error:  # which ones? one at a time, off the hot path
-            batch_error = error
+            observations = self._without_misfits(phase, observations, stored, error)
+            self._concatenate(observations, out)
+        self.env_obs[:] = observations
+        return bool(self.misfits)
+
+    def _concatenate(self, observations: Sequence[Any], out: Any) -> None:
+        if out is None:
+            self.observations = concatenate(self.space, observations, self.observations)
+        else:
+            concatenate(self.space, observations, out)
+
+    def _without_misfits(self, phase: str, observations: Sequence[Any], stored: Sequence[int],
+                         error: Exception) -> list[Any]:
+        """``observations`` with the ones that do not fit replaced by the sub-env's previous
+        one (listed in ``misfits``); ``error`` again if each fits alone."""
+        kept = list(observations)
         row: Any = create_empty_array(self.space, 1, np.zeros)
         for env_index in stored:
             try:
-                concatenate(self.space, [self.env_obs[env_index]], row)
-            except Exception as error:
-                self.misfits.append(misfit_failure(env_index, phase,
-                                                   self.env_obs[env_index], self.space,
-                                                   error))
-                self.env_obs[env_index] = read_row(self.observations, env_index)
+                concatenate(self.space, [kept[env_index]], row)
+            except Exception as misfit:
+                self.misfits.append(misfit_failure(env_index, phase, kept[env_index],
+                                                   self.space, misfit))
+                kept[env_index] = self.env_obs[env_index]
         if not self.misfits:
-            raise batch_error
-        self.observations = concatenate(self.space, self.env_obs, self.observations)
-        return True
+            raise error
+        return kept
+
+    def batch_into(self, out: Any) -> None:
+        """Not in place: concatenate the sub-envs' observations into the batch array, or
+        straight into ``out`` (the caller's buffer, checked) so that it is the only copy;
+        every full batch is concatenated afresh, so the batch array is never read stale."""
+        self._concatenate(self.env_obs, out)
 
     def _store(self, env_index: int, reply: Any) -> tuple[Any, Any]:
         """Keep a sub-env's step outcome (not in place) → its ``(info, final)``."""
@@ -189,12 +216,13 @@ class BatchResults:
         return copy.deepcopy(self.env_obs[env_index])
 
     def apply_restarts(self, restarted: Restarts, previous: dict[int, Any],
-                       infos: dict[str, Any], positions: dict[int, int] | None = None) -> None:
+                       infos: dict[str, Any], positions: dict[int, int] | None = None,
+                       out: Any = None) -> None:
         """Restarted sub-envs: episode cut (``truncated``), reward 0, ``infos["restart"]``;
         in same-step mode their new episode's first observation, the old one in ``final_obs``.
 
         ``positions`` maps each to its row in a first-ready batch (else rows are env indices);
-        the full batch of observations is then left alone.
+        the full batch of observations is then left alone. ``out``: see ``batch_into``.
         """
         n = self.num_envs if positions is None else len(positions)
         for env_index, (reply, reason) in restarted.items():
@@ -212,7 +240,7 @@ class BatchResults:
             merge_info(infos, extra, row, n)
         if positions is None and not self.in_place and any(
                 reply is not None for reply, _ in restarted.values()):
-            self.observations = concatenate(self.space, self.env_obs, self.observations)
+            self.batch_into(out)
 
     # ------------------------------------------------------------------ first-ready batches
 
@@ -250,4 +278,3 @@ class BatchResults:
                                        buffer)
         return StepBatch(observations, self.rewards[ids], self.terminations[ids],
                          self.truncations[ids], infos, ids)
-

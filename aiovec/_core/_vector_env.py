@@ -29,6 +29,7 @@ from aiovec._core._in_flight import (
     Timeout,
 )
 from aiovec._core._loop_wakeup import threadsafe_caller
+from aiovec._core._observations import check_out
 from aiovec._core._recovery import Recovery
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
@@ -45,7 +46,6 @@ from aiovec._exceptions import (
     BusyError,
     NothingSentError,
     NotStartedError,
-    ResetNeededError,
     SubEnvErrorGroup,
 )
 
@@ -408,23 +408,28 @@ class AsyncVectorEnv(Engine):
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
         timeout: Timeout = USE_DEFAULT,
+        out: Any = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``.
 
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
+        ``out``: as for ``step`` (the whole batch is written, reset or not).
         """
-        in_flight = await self._submit_reset(seed, options)
+        in_flight = await self._submit_reset(seed, options, out)
         return await self._finish_reset(in_flight, timeout)
 
     async def step(
-        self, actions: Any, *, timeout: Timeout = USE_DEFAULT
+        self, actions: Any, *, timeout: Timeout = USE_DEFAULT, out: Any = None
     ) -> tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]:
         """Step each sub-env with its action → ``(obs, rewards, terminations, truncations, infos)``.
 
         The batch is checked first: a wrong batch size, shape or dtype raises ``ValueError``
-        and no sub-env steps.
+        and no sub-env steps. ``out``: your own buffer for the observations (an array, or the
+        observation's dict/tuple tree of arrays, of exactly its batched shape and dtype), filled
+        with one copy and returned as ``obs`` (``copy`` then does not apply); a wrong one is
+        refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
-        in_flight = await self._submit_step(actions)
+        in_flight = await self._submit_step(actions, out)
         return await self._finish_step(in_flight, timeout)
 
     async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -466,31 +471,7 @@ class AsyncVectorEnv(Engine):
         counts). A sub-env cannot be sent a second action before its result was received, and
         ``step``/``reset`` refuse to run while results are owed (both ``BusyError``).
         """
-        self._check_not_closed("send")
-        first = self._first_ready
-        if self._state is not State.RUNNING or first is None or not self._health.has_reset:
-            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
-        if self._in_flight is not None:
-            raise BusyError(f"cannot send: another task is still running "
-                            f"{self._in_flight.operation} on this vector env")
-        ids = self._env_ids(env_ids)
-        owed = first.owed(ids)
-        if owed:
-            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
-                            "result is waiting for recv()")
-        needy = self._health.needing_reset(ids)
-        if needy:
-            raise ResetNeededError(
-                f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
-                "failed, or done with autoreset disabled)")
-        batch = self._actions_for(len(ids)).check(actions, ids,
-                                                  copy=self._backend.keeps_actions)
-        payloads = (batch if self._backend.takes_action_batches
-                    else self._actions_for(len(ids)).split(batch))
-        seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
-        pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
-        deadline = None if seconds is None else anyio.current_time() + seconds
-        first.sent(pending, deadline, seconds)
+        self._submit_some(actions, env_ids, timeout)
 
     async def recv(self, *, batch_size: int | None = None) -> StepBatch:
         """The results of the first ``batch_size`` sub-envs to finish since ``send``
@@ -542,13 +523,16 @@ class AsyncVectorEnv(Engine):
             await self.start()
 
     async def _submit_reset(
-        self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
+        self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None,
+        out: Any = None,
     ) -> InFlight:
         self._check_not_closed("reset")
         seeds = per_env_seeds(seed, self.num_envs)
         reset_mask, env_options = split_reset_mask(options, self.num_envs)
         await self._ensure_started()
         self._claim("reset")
+        if out is not None:
+            check_out(out, self._results.observations)
         if reset_mask is None:
             indices: Sequence[int] = self._all_envs
         else:
@@ -556,10 +540,10 @@ class AsyncVectorEnv(Engine):
         payloads = [(seeds[index], env_options) for index in indices]
         lost = set(self._backend.lost_envs()).union(self._health.unmade).intersection(indices)
         if lost:  # made afresh first, under the reset's deadline
-            in_flight = InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost))
+            in_flight = InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost), out)
             self._in_flight = in_flight
             return in_flight
-        return self._submit(Op.RESET, "reset", indices, payloads)
+        return self._submit(Op.RESET, "reset", indices, payloads, out)
 
     async def _submit_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]

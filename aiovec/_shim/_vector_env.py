@@ -113,10 +113,12 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         *,
         seed: int | list[int | None] | None = None,
         options: dict[str, Any] | None = None,
+        out: Any = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset the sub-envs and return the batched observations and infos."""
+        """Reset the sub-envs and return the batched observations and infos; ``out`` as for
+        ``step``."""
         self._begin("reset")
-        return self._loop.run(self._env.reset, seed=seed, options=options)
+        return self._loop.run(self._env.reset, seed=seed, options=options, out=out)
 
     def reset_async(
         self,
@@ -130,10 +132,15 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         """Wait for ``reset_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
         return self._loop.run(self._env._finish_reset, self._end("reset"), per_call(timeout))
 
-    def step(self, actions: Any) -> StepResult:
-        """Step every sub-env and return the batched results."""
+    def step(self, actions: Any, *, out: Any = None) -> StepResult:
+        """Step every sub-env and return the batched results.
+
+        ``out``: your own buffer for the observations (exactly the batched shape and dtype,
+        e.g. preallocated pinned memory), filled with one copy and returned as the
+        observations; a wrong one raises before any sub-env steps (``AsyncVectorEnv.step``).
+        """
         self._begin("step")
-        return self._loop.run(self._env.step, actions)
+        return self._loop.run(self._env.step, actions, out=out)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""
