@@ -11,7 +11,7 @@ import pytest
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger, InjectedFault
-from tests.backends_matrix import ALL_BACKENDS, WORKER_BACKENDS
+from tests.backends_matrix import ALL_BACKENDS, LOCAL_BACKENDS, WORKER_BACKENDS
 from tests.faults.envs import faulty, one_per_worker
 
 pytestmark = pytest.mark.anyio
@@ -145,6 +145,26 @@ async def test_an_observation_that_does_not_fit_fails_its_sub_env_by_name(
         assert envs.unusable_envs == (2,)
         obs, _ = await envs.reset(seed=2)  # a reset mends it
         assert obs[:, :2].tolist() == [[0, 0]] * 4
+
+
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_an_observation_that_does_not_fit_keeps_its_row_of_out(
+        backend: str, no_leaks: None) -> None:
+    """The same through ``out=``, after steps into other buffers: the misfit's row of ``out``
+    is its previous observation, whatever ``out`` held before."""
+    faults = {1: [Fault("misshapen_obs", "step", at=2)]}
+    async with aiovec.AsyncVectorEnv(faulty(3, faults=faults, backend=backend),
+                                     backend=backend) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.full(3, 1.0), out=np.empty((3, 4)))
+        before, *_ = await envs.step(np.full(3, 2.0), out=np.empty((3, 4)))
+        out = np.full((3, 4), -1.0)
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.full(3, 3.0), out=out)
+        assert caught.value.env_ids == (1,)
+        assert caught.value.partial_result[0] is out
+        assert out[1].tolist() == before[1].tolist()
+        assert out[[0, 2], :2].tolist() == [[3, 3], [3, 3]]
 
 
 @pytest.mark.parametrize(("kind", "exit_status", "description"),
