@@ -19,6 +19,7 @@ from pathlib import Path
 __all__ = ["COMPANIONS", "Companion", "CompanionRun", "report_lines", "run_companions"]
 
 HERE = Path(__file__).resolve().parent
+SCRATCH = HERE.parent / "build" / "bench-companions"
 #: What starts a target line in a companion's output (``harness.Check.line``).
 TARGET_PREFIXES = ("PASS ", "MISS ", "n/a ")
 
@@ -29,12 +30,16 @@ class Companion:
     title: str
     #: Its arguments in a full run (a quick one passes ``--quick`` instead).
     arguments: tuple[str, ...] = ()
-    #: Where it writes its table (``--output``); ``{output}`` stands for the report's directory.
+    #: Where it writes its table (``--output``): ``{output}`` stands for the report's
+    #: directory, ``{scratch}`` for ``build/bench-companions`` (tables whose file in
+    #: ``results/`` holds more than this run measures, or figures of a peer not installed here).
     writes: str | None = None
     timeout: float = 900.0
 
     def command(self, output: Path, quick: bool) -> list[str]:
-        written = ("--output", self.writes.format(output=output)) if self.writes else ()
+        SCRATCH.mkdir(parents=True, exist_ok=True)
+        written = (("--output", self.writes.format(output=output, scratch=SCRATCH))
+                   if self.writes else ())
         return [sys.executable, str(HERE / self.script),
                 *(("--quick",) if quick else self.arguments), *written]
 
@@ -55,11 +60,11 @@ COMPANIONS = (
     Companion("statistics_cost.py", "Statistics: their cost per sub-env step",
               ("--repeats", "5")),
     Companion("async_native.py", "Coroutine envs against a bare gather (section 5)",
-              ("--sections", "5", "--repeats", "3"), writes="{output}"),
+              ("--sections", "5", "--repeats", "3"), writes="{scratch}"),
     Companion("ray_overhead.py", "Ray against the process backend, 256 CartPole envs",
-              ("--num-envs", "256", "--repeats", "3"), writes="{output}/ray_overhead.md"),
+              ("--num-envs", "256", "--repeats", "3"), writes="{scratch}/ray_overhead.md"),
     Companion("multiagent.py", "Multi-agent: PettingZoo envs against AgileRL (re-measured)",
-              writes="{output}/multiagent.md"),
+              writes="{scratch}/multiagent.md"),
     Companion("sb3.py", "Stable-Baselines3's VecEnv API (re-measured)",
               writes="{output}/sb3.md"),
 )
