@@ -360,6 +360,10 @@ class Engine:
             self._step_counts.add_answered(env_ids, replies)
         batch = self._results.batch(env_ids, replies, broken, restarted, previous,
                                     self._restart_notes)
+        for failure in self._results.misfits:  # as if they had raised
+            replies[env_ids.index(failure.env_index)] = failure
+            broken[failure.env_index] = failure.description
+            self._counters.errors += 1
         first.forget(env_ids)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             done = batch.terminations | batch.truncations

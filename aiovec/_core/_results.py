@@ -173,21 +173,47 @@ class BatchResults:
             concatenate(self.space, observations, out)
 
     def _without_misfits(self, phase: str, observations: Sequence[Any], stored: Sequence[int],
-                         error: Exception) -> list[Any]:
-        """``observations`` with the ones that do not fit replaced by the sub-env's previous
-        one (listed in ``misfits``); ``error`` again if each fits alone."""
+                         error: Exception, env_ids: Sequence[int] | None = None) -> list[Any]:
+        """``observations`` (of sub-envs ``env_ids``, default: all) with the ones at positions
+        ``stored`` that do not fit replaced by the sub-env's previous one (listed in
+        ``misfits``); ``error`` again if each fits alone."""
         kept = list(observations)
         row: Any = create_empty_array(self.space, 1, np.zeros)
-        for env_index in stored:
+        for position in stored:
+            env_index = position if env_ids is None else env_ids[position]
             try:
-                concatenate(self.space, [kept[env_index]], row)
+                concatenate(self.space, [kept[position]], row)
             except Exception as misfit:
-                self.misfits.append(misfit_failure(env_index, phase, kept[env_index],
+                self.misfits.append(misfit_failure(env_index, phase, kept[position],
                                                    self.space, misfit))
-                kept[env_index] = self.env_obs[env_index]
+                kept[position] = self.env_obs[env_index]
         if not self.misfits:
             raise error
         return kept
+
+    def _batch_of(self, env_ids: list[int], replies: list[Any], broken: dict[int, str],
+                  restarted: Restarts) -> Any:
+        """A first-ready batch's observations, in a fresh array; the fresh ones that do not
+        fit are refused as ``_batch`` refuses them (``misfits``)."""
+        if self.misfits:
+            self.misfits = []
+        env_obs = self.env_obs
+        candidates, fresh = [], []
+        for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
+            if env_index in restarted:
+                reset = restarted[env_index][0]
+                candidates.append(env_obs[env_index] if reset is None else reset[0])
+            elif env_index in broken:
+                candidates.append(env_obs[env_index])
+            else:
+                candidates.append(reply[0])
+                fresh.append(position)
+        buffer: Any = create_empty_array(self.space, len(env_ids), np.zeros)
+        try:
+            return concatenate(self.space, candidates, buffer)
+        except Exception as error:  # which ones? one at a time, off the hot path
+            kept = self._without_misfits("step", candidates, fresh, error, env_ids)
+            return concatenate(self.space, kept, buffer)
 
     def batch_into(self, out: Any) -> None:
         """Not in place: concatenate the sub-envs' observations into the batch array, or
@@ -252,8 +278,12 @@ class BatchResults:
         size = len(env_ids)
         ids = np.array(env_ids, dtype=np.intp)
         infos: dict[str, Any] = {}
+        refused: set[int] = set()
+        if not self.in_place:  # batched first: an observation that does not fit is refused
+            observations = self._batch_of(env_ids, replies, broken, restarted)
+            refused = {failure.env_index for failure in self.misfits}
         for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
-            if env_index in restarted or env_index in broken:
+            if env_index in restarted or env_index in broken or env_index in refused:
                 continue
             if self.in_place:
                 info, final = (None, None) if reply is None else reply
@@ -265,16 +295,12 @@ class BatchResults:
                 merge_info(infos, info, position, size)
             if notes and env_index in notes:
                 merge_info(infos, {"restart": notes.pop(env_index)}, position, size)
-        if broken:
-            self._zero(list(broken))
+        if broken or refused:
+            self._zero([*broken, *refused])
         if restarted:
             positions = {env_index: position for position, env_index in enumerate(env_ids)}
             self.apply_restarts(restarted, previous, infos, positions)
         if self.in_place:
             observations = take_rows(self.observations, ids)
-        else:
-            buffer: Any = create_empty_array(self.space, size, np.zeros)
-            observations = concatenate(self.space, [self.env_obs[env] for env in env_ids],
-                                       buffer)
         return StepBatch(observations, self.rewards[ids], self.terminations[ids],
                          self.truncations[ids], infos, ids)

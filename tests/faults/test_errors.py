@@ -167,6 +167,33 @@ async def test_an_observation_that_does_not_fit_keeps_its_row_of_out(
         assert out[[0, 2], :2].tolist() == [[3, 3], [3, 3]]
 
 
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_a_first_ready_observation_that_does_not_fit_fails_its_sub_env(
+        backend: str, no_leaks: None) -> None:
+    """Through ``send``/``recv`` too: the misfit fails by index, its row keeps its previous
+    observation, the batch's others ride along, and a reset of that sub-env mends it (before
+    the fix, inline/thread/async raised numpy's error at every later ``recv``)."""
+    faults = {1: [Fault("misshapen_obs", "step", at=1)]}
+    async with aiovec.AsyncVectorEnv(faulty(3, faults=faults, backend=backend),
+                                     backend=backend) as envs:
+        await envs.reset(seed=0)
+        before, *_ = await envs.step(np.full(3, 1.0))
+        envs.send(np.full(3, 2.0))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.recv(batch_size=3)
+        assert caught.value.env_ids == (1,)
+        cause = caught.value.exceptions[0].__cause__
+        assert isinstance(cause, ValueError) and "shape (3,)" in str(cause), cause
+        batch = caught.value.partial_result
+        rows = {int(env_id): row for env_id, row in zip(batch.env_ids, batch.observations)}
+        assert rows[1].tolist() == before[1].tolist()
+        assert [rows[0][0], rows[2][0]] == [2, 2]
+        assert envs.unusable_envs == (1,)
+        await envs.reset(options={"reset_mask": np.array([False, True, False])})
+        obs, *_ = await envs.step(np.full(3, 3.0))
+        assert obs[:, 0].tolist() == [3, 1, 3]
+
+
 @pytest.mark.parametrize(("kind", "exit_status", "description"),
                          [("exit", 3, "exit code 3"),
                           ("kill", -signal.SIGKILL, "killed by SIGKILL")])
