@@ -41,14 +41,13 @@ from aiovec._backends._process._shared_memory import (
     map_block,
     open_block,
     same_dtypes,
-    write_batch,
     write_rows,
 )
 from aiovec._backends._process._workers import ProcessPending, WorkerHandle
 from aiovec._backends._process_tree import GRACE
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
-from aiovec._core._observations import read_row
+from aiovec._core._observations import copy_into, read_row
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import usable_cpus
 from aiovec._core._spaces import VectorSpaces
@@ -403,7 +402,7 @@ class ProcessBackend(Backend):
         for worker in workers:
             if worker.outstanding or not worker.alive:
                 return None
-        write_batch(views, actions)
+        copy_into(views, actions)
         sequence = next(self._sequence)
         frame = HEADER.pack(Kind.STEP, sequence & 0xFFFFFFFF, 0)
         for worker in workers:

@@ -227,18 +227,6 @@ def same_dtypes(views: Any, batch: Any) -> bool:
     return bool(views.dtype == batch.dtype)
 
 
-def write_batch(views: Any, batch: Any) -> None:
-    """Copy a validated batch (same tree shape and dtypes) into the views, whole."""
-    if isinstance(views, np.ndarray):
-        views[...] = batch
-    elif isinstance(views, dict):
-        for key, child in views.items():
-            write_batch(child, batch[key])
-    else:
-        for child, part in zip(views, batch):
-            write_batch(child, part)
-
-
 def write_rows(views: Any, batch: Any, rows: Any, source_rows: Any = None) -> None:
     """Copy a validated batch (same tree shape) into rows ``rows`` of the views: its rows
     ``source_rows``, or the same rows (a slice or an index array)."""
