@@ -1,0 +1,354 @@
+"""Messages as JSON, or as binary frames that carry numeric arrays as raw bytes.
+
+A message is a tree of dicts, lists, tuples, strings, numbers, booleans, ``None``, numpy arrays
+and numpy scalars: what a vector env's ``reset`` and ``step`` return, and the requests that
+drive it. Either form carries the same tree; both turn tuples into lists, numpy scalars into
+Python scalars (a float32 scalar's value, widened exactly to a Python float), dict keys into
+strings (``str(key)``), and anything else that JSON cannot hold into its ``repr`` (infos may
+hold any object). Containers nested deeper than ``MAX_DEPTH`` become their ``repr`` too.
+
+**JSON**: ``to_jsonable`` gives the tree with arrays as nested lists (an object array element
+by element, a complex number as its ``repr``). Its non-finite floats stay floats, so render it
+with ``json.dumps(..., allow_nan=True)``: they appear as the tokens ``NaN``, ``Infinity`` and
+``-Infinity``, which Python's and many other JSON parsers read but strict JSON does not allow.
+
+**Binary frame**, version 1 (integers little-endian; positions from the frame's first byte)::
+
+    position         size          content
+    0                4             magic: 0x89 'A' 'V' '1' (FRAME_MAGIC; '1' is the version)
+    4                4             header_size, u32
+    8                header_size   header: UTF-8 JSON
+    8 + header_size  0 to 7        zero padding up to data_start, the next multiple of 8
+    data_start       data_size     the array buffers
+
+The frame is exactly ``data_start + data_size`` bytes, where ``data_size`` is the largest
+``offset + nbytes`` of its arrays (0 when it has none). The header is the JSON object
+``{"arrays": [[dtype, shape, offset, nbytes], ...], "tree": TREE}``:
+
+- ``dtype`` is numpy's type string, one of ``RAW_DTYPES``: ``"|b1"`` (bool: one byte, 0 or 1
+  and read as true unless 0),
+  ``"|i1"``, ``"|u1"``, ``"<i2"``, ``"<u2"``, ``"<i4"``, ``"<u4"``, ``"<i8"``, ``"<u8"``,
+  ``"<f2"``, ``"<f4"``, ``"<f8"``, ``"<c8"``, ``"<c16"``. Always little-endian: a big-endian
+  array is converted before it is sent.
+- ``shape`` is a list of at most ``MAX_DIMS`` non-negative integers; the buffer holds the
+  ``product(shape)`` elements in row-major (C) order: ``nbytes = itemsize * product(shape)``.
+- ``offset`` is where the buffer starts, counted from ``data_start``: a multiple of 8, so
+  every buffer is 8-byte aligned within the frame. A writer lays the buffers out in the
+  table's order, without overlap, zero bytes padding the gaps.
+- ``TREE`` is the message, as JSON, in which the i-th array of ``"arrays"`` stands as the
+  object ``{"$array": i}``; every array appears exactly once. So that no user dict can pass for
+  one, a user key starting with ``$`` is sent with one more ``$`` in front (``"$array"`` as
+  ``"$$array"``) and the receiver strips it: on the wire, a key starting with a single ``$``
+  is never a user's, and a receiver rejects any but ``"$array"``.
+- Arrays of other dtypes (object, strings, dates, ``longdouble``) go into ``TREE`` as JSON
+  lists, element by element as ``to_jsonable`` writes them (a numeric array held in an
+  object array still goes raw). Non-finite floats in ``TREE`` are written as ``NaN``,
+  ``Infinity`` and ``-Infinity``, as in the JSON form.
+
+``decode_frame`` gives back the tree with each array as a new, writeable, C-contiguous ndarray
+of its dtype and shape, owning its memory (copied out of the frame, which may be reused).
+A frame comes from a peer, so nothing in it is trusted: any frame that breaks the layout above,
+or holds more than ``MAX_DEPTH`` levels of nesting or a header over ``MAX_HEADER_SIZE`` bytes,
+raises ``ValueError`` saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FRAME_MAGIC", "MAX_DEPTH", "MAX_DIMS", "MAX_HEADER_SIZE", "RAW_DTYPES",
+           "decode_frame", "encode_frame", "is_frame", "to_jsonable"]
+
+#: The first four bytes of every frame: 0x89 (never the start of UTF-8 text), "AV", version "1".
+FRAME_MAGIC = b"\x89AV1"
+#: How deeply containers may nest in a message (the top-level container is at depth 0).
+MAX_DEPTH = 64
+#: How many dimensions an array in a frame may have.
+MAX_DIMS = 32
+#: The largest JSON header a frame may carry.
+MAX_HEADER_SIZE = 2**26
+#: The dtypes whose arrays a frame carries as raw bytes, by numpy's type string.
+RAW_DTYPES = {code: np.dtype(code) for code in (
+    "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
+    "<f2", "<f4", "<f8", "<c8", "<c16")}
+
+_ARRAY_KEY = "$array"
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+_PREFIX = len(FRAME_MAGIC) + 4
+_ALIGNMENT = 8
+_PADDING = bytes(_ALIGNMENT)
+# The tree it encodes is built afresh by _convert, so it cannot be circular.
+_HEADER_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` as a tree ``json.dumps(..., allow_nan=True)`` can render: numeric arrays as
+    nested lists, numpy scalars as Python scalars, tuples as lists, dict keys as strings,
+    anything else as its ``repr``. Never raises."""
+    return _convert(value, 0, None)
+
+
+def encode_frame(message: Any) -> bytes:
+    """``message`` as one binary frame, its numeric arrays as raw bytes (the layout is in this
+    module's docstring). Raises ``ValueError`` only if its JSON part passes
+    ``MAX_HEADER_SIZE``."""
+    buffers = _Buffers()
+    tree = _convert(message, 0, buffers)
+    header = _HEADER_ENCODER.encode({"arrays": buffers.table, "tree": tree}).encode()
+    if len(header) > MAX_HEADER_SIZE:
+        raise ValueError(f"the message's JSON part is {len(header)} bytes, more than a frame "
+                         f"carries ({MAX_HEADER_SIZE})")
+    end = _PREFIX + len(header)
+    parts: list[Any] = [FRAME_MAGIC, len(header).to_bytes(4, "little"), header,
+                        _PADDING[:_aligned(end) - end]]
+    position = 0
+    for (_, _, offset, nbytes), array in zip(buffers.table, buffers.arrays):
+        parts.append(_PADDING[:offset - position])
+        parts.append(array)
+        position = offset + nbytes
+    return b"".join(parts)
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> Any:
+    """The message a frame carries, its arrays as writeable copies. Raises ``ValueError``
+    saying what is wrong with a frame that is not one ``encode_frame`` could have written."""
+    view = _byte_view(frame)
+    size = len(view)
+    if size < _PREFIX:
+        raise ValueError(f"not a frame: {size} bytes, fewer than the {_PREFIX} every frame "
+                         "begins with")
+    magic = bytes(view[:len(FRAME_MAGIC)])
+    if magic != FRAME_MAGIC:
+        if magic[:3] == FRAME_MAGIC[:3]:
+            raise ValueError(f"frame version {magic[3:]!r} is not supported (only "
+                             f"{FRAME_MAGIC[3:]!r})")
+        raise ValueError(f"not a frame: it begins with {magic!r}, not {FRAME_MAGIC!r}")
+    header_size = int.from_bytes(view[len(FRAME_MAGIC):_PREFIX], "little")
+    if header_size > MAX_HEADER_SIZE:
+        raise ValueError(f"the frame's header would be {header_size} bytes, more than "
+                         f"{MAX_HEADER_SIZE}")
+    data_start = _aligned(_PREFIX + header_size)
+    if data_start > size:
+        raise ValueError(f"the frame is truncated: {size} bytes, but its header and padding "
+                         f"take {data_start}")
+    try:
+        header = json.loads(str(view[_PREFIX:_PREFIX + header_size], "utf-8"))
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
+    if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
+        raise ValueError("the frame's header must be a JSON object with 'arrays' and 'tree'")
+    arrays = _read_arrays(header["arrays"], view[data_start:])
+    used = [False] * len(arrays)
+    message = _rebuild(header["tree"], arrays, used, 0)
+    if not all(used):
+        raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
+    return message
+
+
+def is_frame(data: object) -> bool:
+    """Whether ``data`` is bytes that begin like a frame, of any version (``decode_frame``
+    says when it cannot read that version); a JSON message never does."""
+    if isinstance(data, (bytes, bytearray)):
+        return data[:3] == FRAME_MAGIC[:3]
+    if isinstance(data, memoryview):
+        return (data.c_contiguous and data.nbytes >= 3
+                and bytes(data.cast("B")[:3]) == FRAME_MAGIC[:3])
+    return False
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+class _Buffers:
+    """The arrays a frame carries raw, and their table in the header, laid out as they come."""
+
+    def __init__(self) -> None:
+        self.table: list[list[Any]] = []
+        self.arrays: list[np.ndarray[Any, Any]] = []
+        self.size = 0
+
+    def add(self, array: np.ndarray[Any, Any]) -> dict[str, int] | None:
+        """The placeholder for ``array`` as raw bytes, or ``None`` if its dtype goes as JSON."""
+        dtype = array.dtype
+        if dtype.str[0] == ">":
+            dtype = dtype.newbyteorder("<")
+            array = array.astype(dtype)
+        if dtype.str not in RAW_DTYPES:
+            return None
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
+        offset = _aligned(self.size)
+        self.table.append([dtype.str, list(array.shape), offset, array.nbytes])
+        self.arrays.append(array)
+        self.size = offset + array.nbytes
+        return {_ARRAY_KEY: len(self.arrays) - 1}
+
+
+def _aligned(position: int) -> int:
+    return -(-position // _ALIGNMENT) * _ALIGNMENT
+
+
+def _repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:  # a broken __repr__, or one too deep to finish
+        return f"<{type(value).__qualname__} object>"
+
+
+def _string(key: object) -> str:
+    try:
+        return str(key)
+    except Exception:  # a broken __str__
+        return _repr(key)
+
+
+def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
+    """The JSON tree of ``value``: numeric arrays as nested lists, or, given ``buffers``, as
+    placeholders for raw buffers (and keys starting with ``$`` escaped)."""
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return value
+    if isinstance(value, np.ndarray):
+        dtype = value.dtype
+        if buffers is not None:
+            placeholder = buffers.add(value)
+            if placeholder is not None:
+                return placeholder
+        elif dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize <= 8):
+            return value.tolist()  # the common case, without a loop in Python
+        # Object, string, date, complex (in JSON) and longdouble arrays, element by element;
+        # one level deeper, so that a 0-d object array holding itself cannot loop forever.
+        if depth > MAX_DEPTH:
+            return _repr(value)
+        return _convert(value.tolist(), depth + 1, buffers)
+    if isinstance(value, (dict, Mapping)):
+        if depth > MAX_DEPTH:
+            return _repr(value)
+        converted = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                key = _string(key)
+            if buffers is not None and key[:1] == "$":
+                key = "$" + key
+            converted[key] = _convert(item, depth + 1, buffers)
+        return converted
+    if isinstance(value, (list, tuple)):
+        if depth > MAX_DEPTH:
+            return _repr(value)
+        return [_convert(item, depth + 1, buffers) for item in value]
+    if isinstance(value, np.generic):
+        if isinstance(value, np.floating) and value.dtype.itemsize > 8:
+            return float(value)  # longdouble: .item() would give it back unchanged
+        item = value.item()
+        return _repr(value) if isinstance(item, np.generic) else _convert(item, depth, buffers)
+    for plain in (int, float, str):  # subclasses: IntEnum, StrEnum...
+        if isinstance(value, plain):
+            try:
+                return plain(value)
+            except Exception:  # a subclass with a broken __int__, __float__ or __str__
+                break
+    return _repr(value)
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+def _byte_view(frame: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(frame)
+    if not view.c_contiguous:
+        raise ValueError("a frame must be contiguous bytes, not a strided view")
+    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
+def _is_count(value: object) -> bool:
+    """A non-negative JSON integer."""
+    return type(value) is int and value >= 0
+
+
+def _read_arrays(table: object, data: memoryview) -> list[np.ndarray[Any, Any]]:
+    """The arrays ``table`` describes, copied out of ``data`` (the frame from ``data_start``)."""
+    if not isinstance(table, list):
+        raise ValueError("the frame's 'arrays' must be a list")
+    arrays = []
+    end = 0
+    for index, entry in enumerate(table):
+        if not (isinstance(entry, list) and len(entry) == 4):
+            raise ValueError(f"the frame's array {index} must be [dtype, shape, offset, nbytes]")
+        code, shape, offset, nbytes = entry
+        dtype = RAW_DTYPES.get(code) if isinstance(code, str) else None
+        if dtype is None:
+            raise ValueError(f"the frame's array {index} has dtype {code!r:.40}, not one of "
+                             f"{list(RAW_DTYPES)}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(_is_count(dim) for dim in shape)):
+            raise ValueError(f"the frame's array {index} has shape {shape!r:.80}, not a list of "
+                             f"at most {MAX_DIMS} non-negative integers")
+        if not (_is_count(offset) and offset % _ALIGNMENT == 0 and _is_count(nbytes)):
+            raise ValueError(f"the frame's array {index} has offset {offset!r:.40} and nbytes "
+                             f"{nbytes!r:.40}: not a multiple of {_ALIGNMENT} and a count")
+        if nbytes != dtype.itemsize * math.prod(shape):
+            raise ValueError(f"the frame's array {index} has nbytes {nbytes}, but a {code} "
+                             f"array of shape {shape} takes {dtype.itemsize * math.prod(shape)}")
+        if offset + nbytes > len(data):
+            raise ValueError(f"the frame's array {index} ends at byte {offset + nbytes} of the "
+                             f"data, which has {len(data)}: the frame is truncated")
+        end = max(end, offset + nbytes)
+        arrays.append(_copy_array(data[offset:offset + nbytes], dtype, shape, index))
+    if end != len(data):
+        raise ValueError(f"the frame's data has {len(data)} bytes, but its arrays end at "
+                         f"{end}")
+    return arrays
+
+
+def _copy_array(buffer: memoryview, dtype: np.dtype[Any], shape: list[int],
+                index: int) -> np.ndarray[Any, Any]:
+    if not buffer.nbytes:
+        try:
+            return np.zeros(shape, dtype)
+        except ValueError as error:  # the other dimensions are too big for numpy
+            raise ValueError(f"the frame's array {index} of shape {shape}: {error}") from None
+    array: np.ndarray[Any, Any]
+    if dtype.kind == "b":  # any byte but 0 is True, as one byte 1
+        array = np.frombuffer(buffer, np.uint8).reshape(shape).astype(bool)
+    else:
+        array = np.frombuffer(buffer, dtype).reshape(shape).copy()
+    return array
+
+def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], depth: int) -> Any:
+    """The message a header's tree stands for: placeholders replaced, ``$`` keys unescaped."""
+    kind = type(node)
+    if kind is dict:
+        if _ARRAY_KEY in node:
+            return _placeholder(node, arrays, used)
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
+        rebuilt = {}
+        for key, child in node.items():
+            if key[:1] == "$":
+                if key[:2] != "$$":
+                    raise ValueError(f"the frame's tree has a reserved key {key!r:.80} (a key "
+                                     "starting with '$' is sent with one more '$')")
+                key = key[1:]
+            rebuilt[key] = _rebuild(child, arrays, used, depth + 1)
+        return rebuilt
+    if kind is list:
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
+        return [_rebuild(child, arrays, used, depth + 1) for child in node]
+    return node
+
+
+def _placeholder(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]],
+                 used: list[bool]) -> np.ndarray[Any, Any]:
+    index = node[_ARRAY_KEY]
+    if len(node) != 1 or not _is_count(index) or index >= len(arrays):
+        raise ValueError(f"the frame's tree has a bad array placeholder {node!r:.80}: "
+                         f"expected {{{_ARRAY_KEY!r}: i}} with 0 <= i < {len(arrays)}")
+    if used[index]:
+        raise ValueError(f"the frame's array {index} appears twice in its tree")
+    used[index] = True
+    array: np.ndarray[Any, Any] = arrays[index]
+    return array
