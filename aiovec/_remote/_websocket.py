@@ -16,8 +16,9 @@ Who closed it, told by ``WebSocketClosed.code``:
 
 - the peer, with its own code and reason (1000 normal, 1001 going away, 1011 server error,
   4000-4999 the application's);
-- the world, 1006: the TCP connection ended or was reset without a close frame, the opening
-  handshake broke off, or a send was cut short midway through a frame;
+- the world, 1006: the TCP connection ended or was reset without a close frame, or the
+  opening handshake broke off (also 1006: a send cancelled while its frame could be cut short,
+  see below);
 - this side, because the peer broke the protocol (1002, 1007) or sent a message larger than
   ``max_message_bytes`` (1009);
 - your code, with the code it gave ``aclose()``, for every call made afterwards.
@@ -42,7 +43,8 @@ Cancellation (anyio cancel scopes, trio, asyncio timeouts):
 - ``aclose()`` is shielded from cancellation and bounded by ``CLOSE_TIMEOUT_SECONDS``.
 
 Concurrency: one task at a time receives (a second waits its turn); any task may send
-meanwhile, and whole frames are written one after another, never interleaved.
+meanwhile, and whole frames are written one after another, never interleaved. A message
+already read from the socket is returned at once, without yielding to the event loop.
 """
 
 from __future__ import annotations

@@ -273,6 +273,19 @@ async def test_aclose_twice(no_leaks: None, server: Server) -> None:
         await ws.aclose(999)
 
 
+async def test_aclose_in_a_cancelled_scope_still_closes_cleanly(no_leaks: None,
+                                                               server: Server) -> None:
+    """As in a ``finally:`` after a timeout: the close handshake is shielded."""
+    connection_id = unique_id()
+    ws = await WebSocket.connect(server.url(f"/ws?id={connection_id}"))
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await ws.aclose(4005, "timed out")
+    assert ws.closed
+    assert await close_seen_by_server(server, connection_id) == {"code": 4005,
+                                                                 "reason": "timed out"}
+
+
 async def test_aclose_from_another_task_ends_a_pending_receive(no_leaks: None,
                                                                server: Server) -> None:
     ws = await WebSocket.connect(server.url())
