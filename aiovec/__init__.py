@@ -13,8 +13,10 @@ from aiovec._exceptions import ClosedError as ClosedError
 from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
 from aiovec._exceptions import NothingSentError as NothingSentError
 from aiovec._exceptions import NotStartedError as NotStartedError
+from aiovec._exceptions import RemoteError as RemoteError
 from aiovec._exceptions import ResetNeededError as ResetNeededError
 from aiovec._exceptions import SerializationError as SerializationError
+from aiovec._exceptions import ServerGoneError as ServerGoneError
 from aiovec._exceptions import SubEnvError as SubEnvError
 from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
 from aiovec._exceptions import WorkerDiedError as WorkerDiedError
@@ -50,9 +52,11 @@ __all__ = (
     "NothingSentError",
     "ParallelStepBatch",
     "ParallelVectorEnv",
+    "RemoteError",
     "ResetNeededError",
     "RestartPolicy",
     "SerializationError",
+    "ServerGoneError",
     "Statistics",
     "StepBatch",
     "SubEnvError",

@@ -12,7 +12,9 @@ The tree, and who caused each error::
     ├── WorkerDiedError              a worker process died (crash, signal, out of memory)
     ├── SerializationError           a sub-env's result or exception could not be pickled
     ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
-    └── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
+    ├── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
+    └── RemoteError                  a served session's server refused or failed a request
+        └── ServerGoneError          the server closed the connection or cannot be reached
 
 ``SubEnvErrorGroup`` is an ``ExceptionGroup`` of ``SubEnvError``: catch it with a plain
 ``except aiovec.SubEnvErrorGroup`` or pick sub-envs apart with ``except* aiovec.SubEnvError``.
@@ -44,8 +46,10 @@ __all__ = [
     "EnvTimeoutError",
     "NotStartedError",
     "NothingSentError",
+    "RemoteError",
     "ResetNeededError",
     "SerializationError",
+    "ServerGoneError",
     "SubEnvError",
     "SubEnvErrorGroup",
     "WorkerDiedError",
@@ -273,3 +277,27 @@ def _group_class_for(cause_type: type[BaseException]) -> type[SubEnvErrorGroup]:
             group_class = SubEnvErrorGroup
     _GROUP_CLASSES[cause_type] = group_class
     return group_class
+
+
+class RemoteError(AiovecError):
+    """The server of a remote vector env (``aiovec.remote``) refused or failed a request.
+
+    ``code`` is the server's stable error code (``"sub_env_failed"``, ``"unauthorized"``,
+    ...; see ``aiovec.serve.ERROR_CODES``), ``status`` its HTTP status (``None`` when it
+    came over a WebSocket), ``detail`` its explanation, ``env_ids`` the sub-envs concerned.
+    """
+
+    def __init__(self, code: str, detail: str, status: int | None = None,
+                 env_ids: Sequence[int] = ()) -> None:
+        self.code, self.detail, self.status = code, detail, status
+        self.env_ids = tuple(env_ids)
+        where = f" (sub-envs {_join_indices(self.env_ids)})" if self.env_ids else ""
+        super().__init__(f"the server answered {code}{where}: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.detail, self.status, self.env_ids))
+
+
+class ServerGoneError(RemoteError, ConnectionError):
+    """The server closed the connection or could not be reached: the world broke it. The
+    session and its sub-envs are gone with it; open a new remote vector env."""

@@ -40,10 +40,13 @@ The frame is exactly ``data_start + data_size`` bytes, where ``data_size`` is th
   one, a user key starting with ``$`` is sent with one more ``$`` in front (``"$array"`` as
   ``"$$array"``) and the receiver strips it: on the wire, a key starting with a single ``$``
   is never a user's, and a receiver rejects any but ``"$array"``.
-- Arrays of other dtypes (object, strings, dates, ``longdouble``) go into ``TREE`` as JSON
-  lists, element by element as ``to_jsonable`` writes them (a numeric array held in an
-  object array still goes raw). Non-finite floats in ``TREE`` are written as ``NaN``,
-  ``Infinity`` and ``-Infinity``, as in the JSON form.
+- An object array (a vector env's infos hold them) stands as ``{"$objects": ITEMS,
+  "shape": SHAPE}``, its elements in row-major order, each as this tree writes it (a numeric
+  array held in an object array still goes raw); the receiver rebuilds an object array.
+- Arrays of other dtypes (strings, dates, ``longdouble``) go into ``TREE`` as JSON lists,
+  element by element as ``to_jsonable`` writes them.
+- Non-finite floats in ``TREE`` are written as ``NaN``, ``Infinity`` and ``-Infinity``, as
+  in the JSON form.
 
 ``decode_frame`` gives back the tree with each array as a new, writeable, C-contiguous ndarray
 of its dtype and shape, owning its memory (copied out of the frame, which may be reused).
@@ -78,6 +81,7 @@ RAW_DTYPES = {code: np.dtype(code) for code in (
     "<f2", "<f4", "<f8", "<c8", "<c16")}
 
 _ARRAY_KEY = "$array"
+_OBJECTS_KEY = "$objects"
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _PREFIX = len(FRAME_MAGIC) + 4
 _ALIGNMENT = 8
@@ -224,6 +228,9 @@ def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
         # one level deeper, so that a 0-d object array holding itself cannot loop forever.
         if depth > MAX_DEPTH:
             return _repr(value)
+        if buffers is not None and dtype.kind == "O":  # kept an object array for the receiver
+            items = [_convert(item, depth + 1, buffers) for item in value.ravel().tolist()]
+            return {_OBJECTS_KEY: items, "shape": list(value.shape)}
         return _convert(value.tolist(), depth + 1, buffers)
     if isinstance(value, (dict, Mapping)):
         if depth > MAX_DEPTH:
@@ -323,6 +330,8 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
     if kind is dict:
         if _ARRAY_KEY in node:
             return _placeholder(node, arrays, used)
+        if _OBJECTS_KEY in node:
+            return _object_array(node, arrays, used, depth)
         if depth > MAX_DEPTH:
             raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
         rebuilt = {}
@@ -339,6 +348,21 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
             raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
         return [_rebuild(child, arrays, used, depth + 1) for child in node]
     return node
+
+
+def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used: list[bool],
+                  depth: int) -> np.ndarray[Any, Any]:
+    items, shape = node[_OBJECTS_KEY], node.get("shape")
+    if (len(node) != 2 or type(items) is not list or type(shape) is not list
+            or len(shape) > MAX_DIMS or not all(_is_count(size) for size in shape)
+            or math.prod(shape) != len(items)):
+        raise ValueError(f"the frame's tree has a bad object array {node!r:.80}: expected "
+                         f"{{{_OBJECTS_KEY!r}: items, 'shape': sizes}}, len(items) == "
+                         "product(sizes)")
+    array = np.empty(len(items), dtype=object)
+    for index, item in enumerate(items):  # one by one: a list item stays one element
+        array[index] = _rebuild(item, arrays, used, depth + 1)
+    return array.reshape(shape)
 
 
 def _placeholder(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]],

@@ -1,21 +1,23 @@
-"""A tiny client of the served envs: lease a session, play it over HTTP, then over a WebSocket.
+"""A tiny client of the served envs: lease a session, play it over HTTP, then as a remote
+vector env (aiovec.remote, over a WebSocket).
 
     python examples/serve/server.py --port 8000 &
     python examples/serve/client.py --url http://127.0.0.1:8000 --env-id CartPole-v1
 
-It sends only JSON (an env id, a seed, actions as lists) and reads only JSON: the server holds
-the environments and never runs anything the client sends.
+It sends only data (an env id, a seed, actions): the server holds the environments and never
+runs anything the client sends.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 
 import anyio
 import httpx
-from websockets.asyncio.client import connect
+import numpy as np
+
+from aiovec.remote import AsyncRemoteVectorEnv
 
 
 async def play_over_http(client: httpx.AsyncClient, env_id: str, num_envs: int,
@@ -37,23 +39,17 @@ async def play_over_http(client: httpx.AsyncClient, env_id: str, num_envs: int,
         await client.delete(f"/sessions/{session_id}")
 
 
-async def play_over_websocket(client: httpx.AsyncClient, url: str, env_id: str,
-                              num_envs: int, steps: int, rng: random.Random) -> float:
-    session = (await client.post("/sessions", json={"env_id": env_id,
-                                                    "num_envs": num_envs})).json()
-    address = url.replace("http", "ws", 1) + f"/sessions/{session['session_id']}/ws"
+async def play_as_vector_env(url: str, env_id: str, num_envs: int, steps: int,
+                             rng: random.Random) -> float:
+    """The same session through aiovec.remote: a vector env whose sub-envs run on the server
+    (one WebSocket; arrays travel as raw bytes)."""
     total = 0.0
-    async with connect(address) as socket:  # the connection is the lease
-        await socket.send(json.dumps({"op": "reset", "seed": 1}))
-        json.loads(await socket.recv())
+    async with AsyncRemoteVectorEnv(url, env_id, num_envs) as envs:  # the connection is the lease
+        await envs.reset(seed=1)
         for _ in range(steps):
-            actions = [rng.randrange(2) for _ in range(num_envs)]
-            await socket.send(json.dumps({"op": "step", "actions": actions}))
-            answer = json.loads(await socket.recv())
-            if not answer["ok"]:
-                raise RuntimeError(f"the server refused a step: {answer}")
-            total += sum(answer["rewards"])
-        await socket.send(json.dumps({"op": "close"}))
+            actions = np.array([rng.randrange(2) for _ in range(num_envs)])
+            _, rewards, _, _, _ = await envs.step(actions)
+            total += float(rewards.sum())
     return total
 
 
@@ -70,10 +66,10 @@ async def main() -> None:
         http_reward = await play_over_http(client, args.env_id, args.num_envs, args.steps, rng)
         print(f"http: {args.steps} steps of {args.num_envs} {args.env_id} envs, "
               f"total reward {http_reward:.0f}")
-        ws_reward = await play_over_websocket(client, args.url, args.env_id, args.num_envs,
-                                              args.steps, rng)
-        print(f"websocket: {args.steps} steps of {args.num_envs} {args.env_id} envs, "
-              f"total reward {ws_reward:.0f}")
+        remote_reward = await play_as_vector_env(args.url, args.env_id, args.num_envs,
+                                                 args.steps, rng)
+        print(f"remote vector env: {args.steps} steps of {args.num_envs} {args.env_id} envs, "
+              f"total reward {remote_reward:.0f}")
 
 
 if __name__ == "__main__":

@@ -8,25 +8,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-
-@dataclass(frozen=True)
-class EnvEntry:
-    """How sessions of one env id are built."""
-
-    factory: Callable[[], gym.Env[Any, Any]]
-    backend: str
-    max_envs: int
-    #: Seconds a reset or step may take before the session answers 504 (the sub-env is then
-    #: restarted by the policy).
-    timeout: float
-    description: str
+from aiovec.serve import ServedEnv
 
 
 class BusyCartPole(gym.Wrapper[Any, Any, Any, Any]):
@@ -61,19 +47,20 @@ class CrashingCartPole(gym.Wrapper[Any, Any, Any, Any]):
         return super().step(action)
 
 
-REGISTRY: dict[str, EnvEntry] = {
-    "CartPole-v1": EnvEntry(functools.partial(gym.make, "CartPole-v1"), "thread", 16, 10.0,
-                            "Gymnasium's CartPole, each sub-env on its own thread"),
-    "HeavyCartPole-v0": EnvEntry(functools.partial(BusyCartPole, cpu_seconds=0.005), "process",
-                                 8, 10.0, "CartPole burning 5 ms of CPU per step, in worker "
-                                 "processes (the event loop never waits for it)"),
-    "SlowCartPole-v0": EnvEntry(functools.partial(BusyCartPole, wait_seconds=2.0), "process", 4,
-                                30.0, "CartPole waiting 2 s per step: a slow remote simulator"),
-    "CrashingCartPole-v0": EnvEntry(functools.partial(CrashingCartPole, every=3), "thread", 4,
-                                    10.0, "CartPole whose simulator fails every third step"),
+#: The allow-list: public env id -> how sessions of it are built (aiovec.serve.ServedEnv).
+SERVED: dict[str, ServedEnv] = {
+    "CartPole-v1": ServedEnv("CartPole-v1", backend="thread", max_envs=16, timeout=10.0,
+                             description="Gymnasium's CartPole, each sub-env on its own thread"),
+    "HeavyCartPole-v0": ServedEnv(
+        functools.partial(BusyCartPole, cpu_seconds=0.005), backend="process", max_envs=8,
+        timeout=10.0, vector_options={"num_workers": 2},
+        description="CartPole burning 5 ms of CPU per step, in worker processes (the event "
+                    "loop never waits for it)"),
+    "SlowCartPole-v0": ServedEnv(
+        functools.partial(BusyCartPole, wait_seconds=2.0), backend="process", max_envs=4,
+        timeout=30.0, vector_options={"num_workers": 2},
+        description="CartPole waiting 2 s per step: a slow remote simulator"),
+    "CrashingCartPole-v0": ServedEnv(
+        functools.partial(CrashingCartPole, every=3), backend="thread", max_envs=4,
+        timeout=10.0, description="CartPole whose simulator fails every third step"),
 }
-
-
-def observation_to_json(observations: np.ndarray[Any, Any]) -> list[Any]:
-    """A batch of array observations as nested lists."""
-    return observations.tolist()  # type: ignore[no-any-return]

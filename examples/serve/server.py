@@ -3,7 +3,8 @@
     python examples/serve/server.py --port 8000
     python examples/serve/client.py --url http://127.0.0.1:8000
 
-Binds 127.0.0.1 by default; ``--port 0`` picks a free port. The first line printed is
+Binds 127.0.0.1 by default (any other address needs a bearer token: ``--token``, else one is
+made and printed). ``--port 0`` picks a free port. The first line printed is
 ``serving on http://HOST:PORT`` once the app is started (its lifespan ran), so a supervisor or
 a test can wait for it. SIGINT / SIGTERM stop it gracefully: open requests get
 ``--graceful-seconds`` to finish, then every session's envs are closed.
@@ -18,7 +19,9 @@ import socket
 import sys
 
 import uvicorn
-from app import create_app
+from app import create_server
+
+from aiovec.serve import uvicorn_config
 
 
 class AnnouncingServer(uvicorn.Server):
@@ -38,17 +41,15 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=64)
     parser.add_argument("--idle-timeout", type=float, default=300.0,
                         help="seconds before an unused session is closed")
+    parser.add_argument("--token", help="the bearer token clients must send")
     parser.add_argument("--graceful-seconds", type=float, default=5.0)
-    # Longer than clients keep idle connections (httpx: 5 s), so a client never sends a request
-    # down a connection the server is closing at that moment (uvicorn's default is also 5 s).
-    parser.add_argument("--keep-alive", type=int, default=30,
+    parser.add_argument("--keep-alive", type=float, default=30.0,
                         help="seconds an idle keep-alive connection stays open")
     args = parser.parse_args()
-    app = create_app(max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
-                     reap_period=min(1.0, args.idle_timeout / 2))
-    config = uvicorn.Config(app, loop="uvloop", lifespan="on", log_level="warning",
-                            timeout_graceful_shutdown=args.graceful_seconds,
-                            timeout_keep_alive=args.keep_alive)
+    server = create_server(max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
+                           auth=args.token)
+    config = uvicorn_config(server, host=args.host, port=args.port, keep_alive=args.keep_alive,
+                            timeout_graceful_shutdown=args.graceful_seconds)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((args.host, args.port))

@@ -1,7 +1,8 @@
 """A real server for the WebSocket client's tests: a small Starlette app under uvicorn, in a
 process of its own on 127.0.0.1, started once per session for each configuration (uvicorn's
 WebSocket implementation, TLS or not) and stopped with SIGTERM at the end. Nothing here is
-aiovec's: the server is what aiovec.serve will be, a Starlette app under uvicorn.
+aiovec's: the server is what aiovec.serve is, a Starlette app under uvicorn. (The remote
+vector env's tests use aiovec.serve itself: ``serve``, from tests/serve/conftest.py.)
 
 The app's ``/ws`` echoes every message back. A text message starting with ``!`` is a command
 instead, so that the tests control what the server sends and when:
@@ -38,6 +39,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
+
+from tests.serve.conftest import serve as serve
 
 ROOT = Path(__file__).resolve().parents[2]
 #: uvicorn's default ("auto": websockets' sans-I/O implementation when websockets is
@@ -116,7 +119,7 @@ async def _reject(websocket: WebSocket) -> None:
 app = Starlette(routes=[WebSocketRoute("/ws", _echo), WebSocketRoute("/reject", _reject)])
 
 
-def serve(ws: str, certfile: str = "", keyfile: str = "") -> None:
+def run_echo_server(ws: str, certfile: str = "", keyfile: str = "") -> None:
     """The server process: uvicorn on a free port of 127.0.0.1; prints ``serving on PORT``
     once it accepts connections."""
     import uvicorn
@@ -174,7 +177,8 @@ def start_server(ws: str = "auto", certfile: str = "", keyfile: str = "") -> Ser
     """Start a server process and wait for its announcement (the pytest timeout bounds it)."""
     # A file, not a pipe: a chatty log cannot block the server. Server.stop() closes it.
     errors = tempfile.TemporaryFile("w+")  # noqa: SIM115
-    code = f"from tests.remote.conftest import serve; serve({ws!r}, {certfile!r}, {keyfile!r})"
+    code = (f"from tests.remote.conftest import run_echo_server; "
+            f"run_echo_server({ws!r}, {certfile!r}, {keyfile!r})")
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=errors, text=True)
     assert process.stdout is not None

@@ -1,0 +1,73 @@
+"""What a server serves (the allow-list of ``ServedEnv``) and the limits it enforces."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["Limits", "ServedEnv", "allow_list"]
+
+
+@dataclass(frozen=True)
+class ServedEnv:
+    """How sessions of one public env id are built: clients name the id, never send code.
+
+    ``env`` is a Gymnasium id (made with ``gymnasium.make``) or a factory returning a fresh
+    env; ``vector_options`` go to ``aiovec.AsyncVectorEnv`` as they are (``restart=``,
+    ``num_workers=``, ``autoreset_mode=``, ...).
+    """
+
+    env: str | Callable[[], gym.Env[Any, Any]]
+    backend: str = "thread"
+    #: Sub-envs a session may hold (``num_envs`` from 1 to this).
+    max_envs: int = 16
+    #: Seconds a sub-env's reset or step may take: the client gets 504 ``timeout`` and the
+    #: sub-env is restarted.
+    timeout: float | None = 10.0
+    description: str = ""
+    vector_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.env, str) or callable(self.env)):
+            raise TypeError(f"ServedEnv.env must be a Gymnasium env id or a factory, "
+                            f"got {self.env!r}")
+        if type(self.max_envs) is not int or self.max_envs < 1:
+            raise ValueError(f"ServedEnv.max_envs must be a positive int, got {self.max_envs!r}")
+
+    @property
+    def factory(self) -> Callable[[], gym.Env[Any, Any]]:
+        if isinstance(self.env, str):
+            return functools.partial(gym.make, self.env)
+        return self.env
+
+
+def allow_list(envs: Mapping[str, ServedEnv | str | Callable[[], gym.Env[Any, Any]]]
+               ) -> dict[str, ServedEnv]:
+    """The allow-list with every entry a ``ServedEnv`` (an id or a factory alone takes the
+    defaults)."""
+    if not envs:
+        raise ValueError("serve at least one env: envs={'CartPole-v1': ServedEnv('CartPole-v1')}")
+    listed: dict[str, ServedEnv] = {}
+    for env_id, entry in envs.items():
+        if not isinstance(env_id, str) or not env_id:
+            raise TypeError(f"public env ids are non-empty strings, got {env_id!r}")
+        listed[env_id] = entry if isinstance(entry, ServedEnv) else ServedEnv(entry)
+    return listed
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the server; over a limit, the request is refused before
+    anything else reads it."""
+
+    #: A request body or WebSocket message larger than this is refused (413 ``too_large``).
+    max_body_bytes: int = 4 * 2**20
+    #: JSON nested deeper than this is refused (400 ``too_deep``) before it is parsed.
+    max_json_depth: int = 32
+    #: Bodies and answers larger than this are parsed and encoded in a worker thread, so one
+    #: big payload never stalls the event loop (``/healthz`` and every other session).
+    offload_bytes: int = 64 * 2**10

@@ -1,0 +1,143 @@
+"""What a session does for a request: ``reset``, ``step``, ``send`` and ``recv`` on its
+vector env, from a decoded request (a JSON object or a binary frame's tree) to a result tree
+(numpy arrays left as they are: each transport encodes them its own way).
+
+Every argument is checked here or by the vector env before any sub-env is sent anything: a
+client's wrong action, seed or id is refused (422 ``invalid``), never a sub-env failure to
+restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from aiovec._serve._errors import ServeError
+from aiovec._serve._sessions import Session
+
+__all__ = ["OPERATIONS", "Operation", "actions_from", "restarts_in"]
+
+Operation = Callable[[Session, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def actions_from(value: Any, space: spaces.Space[Any]) -> Any:
+    """A decoded batch of actions as the arrays ``space`` (the batched action space) takes:
+    nested lists become arrays; Dict and Tuple spaces keep their structure."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, Mapping) or set(value) != set(space.spaces):
+            raise ServeError("invalid", f"actions: expected an object with keys "
+                             f"{sorted(space.spaces)}")
+        return {key: actions_from(value[key], sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
+            raise ServeError("invalid", f"actions: expected a list of {len(space.spaces)} "
+                             "batches, one per part of the Tuple space")
+        return tuple(actions_from(item, sub) for item, sub in zip(value, space.spaces))
+    if isinstance(value, np.ndarray):
+        return value  # from a binary frame: the client's dtype, as a local env keeps it
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:  # ragged nesting
+        raise ServeError("invalid", f"actions: {error}") from None
+    if array.dtype.kind == "O":
+        raise ServeError("invalid", "actions: expected numbers (one per sub-env), got "
+                         f"{type(value).__name__} holding other values")
+    return _in_dtype_of(array, space)
+
+
+def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any]
+                 ) -> np.ndarray[Any, Any]:
+    """JSON numbers in the space's dtype where nothing is lost (JSON has no float32 or
+    int8: 0.25 for a float32 Box, 1 for a MultiBinary), so the sub-env gets what a local
+    caller would send; anything else is left for the action check to refuse."""
+    dtype = space.dtype
+    if dtype is None or array.dtype == dtype:
+        return array
+    if array.dtype.kind == "f" and dtype.kind == "f":
+        return array.astype(dtype)
+    if array.dtype.kind in "iub" and dtype.kind in "iu":
+        cast = array.astype(dtype)
+        if np.array_equal(cast, array):  # no value overflowed the narrower type
+            return cast
+    return array
+
+
+def _required(request: Mapping[str, Any], name: str) -> Any:
+    if name not in request:
+        raise ServeError("invalid", f"the request needs {name!r}")
+    return request[name]
+
+
+def _seed(request: Mapping[str, Any]) -> Any:
+    seed = request.get("seed")
+    if isinstance(seed, np.ndarray):
+        seed = seed.tolist()
+    return seed  # checked (type, sign, count) by the vector env before anything is sent
+
+
+def _restarted(infos: Mapping[str, Any], env_ids: Any = None) -> dict[str, str]:
+    """``{sub-env index: why}`` for the sub-envs restarted during the operation (the rows
+    of a first-ready batch are sub-envs ``env_ids``)."""
+    mask = infos.get("_restart")
+    if mask is None:
+        return {}
+    reasons = infos["restart"]
+    return {str(row if env_ids is None else env_ids[row]): str(reasons[row])
+            for row in np.flatnonzero(mask)}
+
+
+async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    options = request.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise ServeError("invalid", "options must be an object or null")
+    observations, infos = await session.envs.reset(seed=_seed(request), options=options)
+    return {"observations": observations, "infos": infos, "restarted": _restarted(infos)}
+
+
+async def step(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    envs = session.envs
+    actions = actions_from(_required(request, "actions"), envs.action_space)
+    observations, rewards, terminations, truncations, infos = await envs.step(actions)
+    session.steps += 1
+    return {"observations": observations, "rewards": rewards, "terminations": terminations,
+            "truncations": truncations, "infos": infos, "restarted": _restarted(infos)}
+
+
+async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    """First-ready batches: start stepping ``env_ids`` (default all); ``recv`` collects."""
+    envs = session.envs
+    env_ids = request.get("env_ids")
+    if env_ids is not None:
+        if isinstance(env_ids, np.ndarray):
+            env_ids = env_ids.tolist()
+        if not (isinstance(env_ids, list) and all(type(i) is int for i in env_ids)):
+            raise ServeError("invalid", "env_ids must be a list of ints or null")
+        batched = batch_space(envs.single_action_space, len(env_ids))
+    else:
+        batched = envs.action_space
+    envs.send(actions_from(_required(request, "actions"), batched), env_ids)
+    return {}
+
+
+async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    batch_size = request.get("batch_size")
+    if batch_size is not None and type(batch_size) is not int:
+        raise ServeError("invalid", "batch_size must be an int or null")
+    batch = await session.envs.recv(batch_size=batch_size)
+    session.steps += 1
+    return {"observations": batch.observations, "rewards": batch.rewards,
+            "terminations": batch.terminations, "truncations": batch.truncations,
+            "infos": batch.infos, "env_ids": batch.env_ids,
+            "restarted": _restarted(batch.infos, batch.env_ids)}
+
+
+OPERATIONS: dict[str, Operation] = {"reset": reset, "step": step, "send": send, "recv": recv}
+
+
+def restarts_in(result: Mapping[str, Any]) -> int:
+    """How many sub-envs the server restarted during this operation."""
+    return len(result.get("restarted", ()))

@@ -1,0 +1,136 @@
+"""``EnvServer``: allow-listed envs served over HTTP and WebSocket as an ASGI app.
+
+The server's sessions live between ``lifespan`` enter and exit: its ``app`` runs that
+lifespan itself when it is the application; mounted inside another app (Starlette,
+FastAPI), the host's lifespan must enter ``server.lifespan`` (until then requests answer
+503 ``not_started``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import gymnasium as gym
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from aiovec._serve._config import Limits, ServedEnv, allow_list
+from aiovec._serve._errors import CODES, ServeError
+from aiovec._serve._guard import Authenticate, Guard
+from aiovec._serve._http import error_response, http_routes
+from aiovec._serve._openapi import openapi_document
+from aiovec._serve._sessions import SessionManager
+from aiovec._serve._telemetry import Telemetry
+from aiovec._serve._websocket import websocket_route
+
+__all__ = ["EnvServer"]
+
+_STATUS_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+class EnvServer:
+    """Serves the envs of an allow-list (public id → ``ServedEnv``, a Gymnasium id or a
+    factory) as sessions of 1 to ``max_envs`` sub-envs each.
+
+    ``max_sessions`` in all, ``max_sessions_per_client`` per client (default: a quarter
+    of ``max_sessions``); sessions unused for ``idle_timeout`` seconds are closed.
+    ``auth``: a bearer token, ``{token: principal}``, a callable returning the principal
+    (or ``None`` to refuse), or ``None``: loopback clients only. Sessions belong to the
+    principal that created them. ``allowed_hosts`` / ``allowed_origins``: see ``Guard``.
+    """
+
+    def __init__(
+        self,
+        envs: Mapping[str, ServedEnv | str | Callable[[], gym.Env[Any, Any]]],
+        *,
+        max_sessions: int = 64,
+        max_sessions_per_client: int | None = None,
+        idle_timeout: float = 300.0,
+        auth: str | Mapping[str, str] | Authenticate | None = None,
+        allowed_hosts: Sequence[str] | None = None,
+        allowed_origins: Sequence[str] = (),
+        limits: Limits = Limits(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> None:
+        self.envs = allow_list(envs)
+        if type(max_sessions) is not int or max_sessions < 1:
+            raise ValueError(f"max_sessions must be a positive int, got {max_sessions!r}")
+        per_client = max(1, max_sessions // 4) if max_sessions_per_client is None \
+            else max_sessions_per_client
+        if type(per_client) is not int or per_client < 1:
+            raise ValueError("max_sessions_per_client must be a positive int, got "
+                             f"{max_sessions_per_client!r}")
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive, got {idle_timeout!r}")
+        self.max_sessions, self.max_sessions_per_client = max_sessions, per_client
+        self.idle_timeout = idle_timeout
+        self.limits = limits
+        self.guard = Guard(auth, allowed_hosts, allowed_origins)
+        self.telemetry = Telemetry(lambda: float(len(self._manager or ())))
+        self._manager: SessionManager | None = None
+        self._openapi: dict[str, Any] | None = None
+        self.app = Starlette(routes=self.routes, lifespan=lambda _app: self.lifespan(),
+                             exception_handlers={HTTPException: self._http_exception})
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """The routes, to add to another app's router (then enter ``lifespan`` there)."""
+        return [*http_routes(self), websocket_route(self)]
+
+    @property
+    def manager(self) -> SessionManager:
+        """The sessions (``not_started`` before ``lifespan`` was entered)."""
+        if self._manager is None:
+            raise ServeError("not_started", "the server is not started: enter "
+                             "EnvServer.lifespan() in the application's lifespan")
+        return self._manager
+
+    @property
+    def manager_or_none(self) -> SessionManager | None:
+        return self._manager
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Run the server: sessions may be opened inside; every one is closed on the way
+        out (shielded: shutdown never leaves a sub-env or worker behind)."""
+        if self._manager is not None:
+            raise RuntimeError("this EnvServer is already running")
+        manager = SessionManager(self.envs, max_sessions=self.max_sessions,
+                                 max_per_client=self.max_sessions_per_client,
+                                 idle_timeout=self.idle_timeout,
+                                 on_closed=lambda _session, why: self.telemetry.closed(why))
+        self._manager = manager
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(manager.reap_idle_forever, min(1.0, self.idle_timeout / 2))
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await manager.close_all()
+            self._manager = None
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI 3.1 description of the HTTP routes (``GET /openapi.json``)."""
+        if self._openapi is None:
+            self._openapi = openapi_document(sorted(self.envs), sorted(CODES))
+        return self._openapi
+
+    async def _http_exception(self, request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        code = _STATUS_CODES.get(error.status_code, "not_found")
+        detail = "no such route" if code == "not_found" else \
+            f"{request.method} is not allowed here"
+        refusal = ServeError(code, detail)
+        self.telemetry.rejected(code)
+        response = error_response(refusal)
+        if error.headers:
+            response.headers.update(error.headers)  # Allow: on a 405
+        return response

@@ -1,0 +1,130 @@
+"""The servers the serve and remote tests talk to, each run by ``python -m tests.serve.apps
+NAME`` under a real uvicorn on 127.0.0.1 (``conftest.serve`` starts and stops them)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import signal
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import gymnasium as gym
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from aiovec.serve import EnvServer, Limits, ServedEnv, uvicorn_config
+from aiovec.testing import EpisodeEnv
+
+#: Bearer tokens of the ``tokens`` server, by principal.
+TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
+ALLOWED_ORIGIN = "https://trusted.example"
+
+
+class WaitingCartPole(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose steps wait ``seconds`` (a slow remote simulator); the wait ends early
+    when the step is abandoned, as the thread backend's sub-envs cannot be interrupted."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.seconds = seconds
+
+    def step(self, action: Any) -> Any:
+        threading.Event().wait(self.seconds)
+        return super().step(action)
+
+
+class CrashingCartPole(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole that raises on every third step."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.count = 0
+
+    def step(self, action: Any) -> Any:
+        self.count += 1
+        if self.count % 3 == 0:
+            raise RuntimeError(f"simulator fault at step {self.count}")
+        return super().step(action)
+
+
+ENVS: dict[str, ServedEnv] = {
+    "CartPole-v1": ServedEnv("CartPole-v1", max_envs=8, description="Gymnasium's CartPole"),
+    "ProcessCartPole-v1": ServedEnv("CartPole-v1", backend="process", max_envs=4,
+                                    vector_options={"num_workers": 2}),
+    "Waiting-v0": ServedEnv(functools.partial(WaitingCartPole, 3.0), max_envs=2,
+                            timeout=60.0),
+    "Crashing-v0": ServedEnv(CrashingCartPole, max_envs=4),
+    "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
+    "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
+    "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
+}
+
+
+def _open() -> EnvServer:
+    return EnvServer(ENVS, max_sessions=24, max_sessions_per_client=24)
+
+
+def _tokens() -> EnvServer:
+    return EnvServer(ENVS, auth={token: name for name, token in TOKENS.items()},
+                     max_sessions=8, max_sessions_per_client=2)
+
+
+def _strict() -> EnvServer:
+    return EnvServer(ENVS, max_sessions=3, max_sessions_per_client=3, idle_timeout=1.0,
+                     allowed_origins=[ALLOWED_ORIGIN],
+                     limits=Limits(max_body_bytes=256 * 1024, max_json_depth=8,
+                                   offload_bytes=1024))
+
+
+def _mounted() -> Starlette:
+    """A host app that mounts the server under /rl and runs its lifespan."""
+    server = EnvServer(ENVS)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.lifespan():
+            yield
+
+    return Starlette(routes=[Mount("/rl", app=server.app)], lifespan=lifespan)
+
+
+def _unstarted() -> Starlette:
+    """A host app that mounts the server but forgets its lifespan."""
+    return Starlette(routes=[Mount("/rl", app=EnvServer(ENVS).app)])
+
+
+APPS: dict[str, Callable[[], EnvServer | Starlette]] = {
+    "open": _open, "tokens": _tokens, "strict": _strict, "mounted": _mounted,
+    "unstarted": _unstarted}
+
+
+class _Announcing(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            print(f"serving on http://{host}:{port}", flush=True)
+
+
+def main(name: str) -> None:
+    made = APPS[name]()
+    if isinstance(made, EnvServer):
+        config = uvicorn_config(made, host="127.0.0.1", port=0, timeout_graceful_shutdown=5)
+    else:
+        config = uvicorn.Config(made, host="127.0.0.1", port=0, lifespan="on",
+                                log_level="warning", timeout_graceful_shutdown=5)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        _Announcing(config).run(sockets=[listener])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
