@@ -1,7 +1,7 @@
 """``AsyncRemoteVectorEnv``: a session of an ``aiovec.serve`` server as a vector env.
 
-The session is opened over HTTP (``POST /sessions``), then driven over one WebSocket, which
-is its lease: closing the env closes the connection and the server releases the sub-envs.
+One WebSocket (``/ws``) carries the session: its first message opens it, and it is the
+session's lease: closing the env closes the connection and the server releases the sub-envs.
 Requests carry ids; a call that is cancelled or runs past its deadline sends ``cancel`` for
 its id, so the server stops that step too, and its late answer is skipped when it comes.
 """
@@ -36,6 +36,7 @@ from aiovec._exceptions import (
 )
 from aiovec._remote._websocket import WebSocket, WebSocketClosed, WebSocketRejected
 from aiovec._wire._codec import decode_frame, encode_frame, to_jsonable
+from aiovec._wire._codes import CODES
 from aiovec._wire._schema import space_from_schema
 
 __all__ = ["AsyncRemoteVectorEnv"]
@@ -73,19 +74,30 @@ def _infos(infos: Any) -> dict[str, Any]:
     return restored
 
 
+def _rejection(rejected: WebSocketRejected) -> RemoteError:
+    """A refused handshake (an HTTP answer, with the server's JSON error body)."""
+    try:
+        body = json.loads(rejected.body)
+        code, detail = str(body["error"]), str(body["detail"])
+    except (ValueError, KeyError, TypeError):
+        code, detail = "rejected", rejected.body.decode(errors="replace")[:200]
+    return RemoteError(code, detail, rejected.status)
+
+
 def _refusal(reply: Mapping[str, Any], operation: str) -> Exception:
     """The error a refusal from the server stands for, as the local env would raise it."""
     code, detail = str(reply.get("error")), str(reply.get("detail", ""))
     env_ids = [int(index) for index in reply.get("env_ids", ()) or ()]
+    status = CODES.get(code)
     if code == "timeout":
         return EnvTimeoutError(operation, env_ids, None)
     if code == "reset_needed":
         return ResetNeededError(detail)
     if code == "busy":
         return BusyError(detail)
-    if code in ("unknown_session", "not_started"):
-        return ServerGoneError(code, detail, env_ids=env_ids)
-    return RemoteError(code, detail, env_ids=env_ids)
+    if code == "unknown_session":  # reaped, or closed by its owner elsewhere
+        return ServerGoneError(code, detail, status, env_ids)
+    return RemoteError(code, detail, status, env_ids)
 
 
 class AsyncRemoteVectorEnv:
@@ -115,6 +127,7 @@ class AsyncRemoteVectorEnv:
             self._headers["Authorization"] = f"Bearer {token}"
         self._socket: WebSocket | None = None
         self._closed = False
+        self._broken: RemoteError | None = None  # why the connection ended, if it did
         self._busy = False
         self._ids = itertools.count(1)
         self.session_id: str | None = None
@@ -123,40 +136,38 @@ class AsyncRemoteVectorEnv:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, *, timeout: float | None = 60.0) -> None:
-        """Open the session (its sub-envs start on the server) and connect to it."""
+        """Connect and open the session (its sub-envs start on the server): one WebSocket,
+        whose first message opens the session it will carry."""
         if self._closed:
             raise ClosedError("cannot start: the remote vector env was closed")
         if self._socket is not None:
             return
-        import httpx
-
+        scheme, _, rest = self.url.partition("://")
+        if scheme not in ("http", "https", "ws", "wss"):
+            raise ValueError(f"url must start with http://, https://, ws:// or wss://, got "
+                             f"{self.url!r}")
+        address = f"{'wss' if scheme in ('https', 'wss') else 'ws'}://{rest}/ws"
         with anyio.fail_after(timeout) if timeout is not None else nullcontext():
             try:
-                async with httpx.AsyncClient(base_url=self.url, headers=self._headers,
-                                             timeout=None) as http:
-                    answer = await http.post("/sessions", json={"env_id": self.env_id,
-                                                                "num_envs": self.num_envs})
-            except httpx.TransportError as error:
-                raise ServerGoneError("unreachable", f"cannot reach {self.url}: {error}") \
-                    from error
-            try:
-                body = answer.json()
-            except ValueError:
-                body = {"error": "internal", "detail": answer.text[:200]}
-            if answer.status_code != 201:
-                raise RemoteError(str(body.get("error")), str(body.get("detail")),
-                                  answer.status_code)
-            self._describe(body)
-            address = "ws" + self.url[len("http"):] + f"/sessions/{self.session_id}/ws"
-            try:
-                self._socket = await WebSocket.connect(address,
-                                                       headers=list(self._headers.items()))
+                socket = await WebSocket.connect(address, headers=list(self._headers.items()))
             except WebSocketRejected as rejected:
-                raise RemoteError("rejected", rejected.body.decode(errors="replace")[:200],
-                                  rejected.status) from None
+                raise _rejection(rejected) from None
             except (OSError, WebSocketClosed) as error:
                 raise ServerGoneError("unreachable", f"cannot connect to {address}: "
                                       f"{error}") from error
+            try:
+                await self._send(socket, {"op": "open", "id": 0, "env_id": self.env_id,
+                                          "num_envs": self.num_envs})
+                reply = await self._reply_to(socket, 0)
+            except BaseException:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_SECONDS):
+                    await socket.aclose()
+                raise
+            if not reply.get("ok"):
+                await socket.aclose()
+                raise _refusal(reply, "open")
+            self._describe(reply["session"])
+            self._socket = socket
 
     def _describe(self, body: Mapping[str, Any]) -> None:
         self.session_id = str(body["session_id"])
@@ -175,6 +186,8 @@ class AsyncRemoteVectorEnv:
         socket, self._socket = self._socket, None
         if socket is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_SECONDS):
+                with contextlib.suppress(WebSocketClosed):  # the server says goodbye first
+                    await socket.send_text('{"op": "close"}')
                 await socket.aclose()
 
     async def __aenter__(self) -> AsyncRemoteVectorEnv:
@@ -224,6 +237,8 @@ class AsyncRemoteVectorEnv:
     # ------------------------------------------------------------------ the wire
 
     def _check_open(self, operation: str) -> WebSocket:
+        if self._broken is not None:
+            raise self._broken
         if self._closed:
             raise ClosedError(f"cannot {operation}: the remote vector env was closed")
         if self._socket is None:
@@ -273,12 +288,18 @@ class AsyncRemoteVectorEnv:
                 data = await socket.receive()
             except WebSocketClosed as closed:
                 raise self._gone(closed) from None
-            reply = decode_frame(data) if isinstance(data, bytes) else json.loads(data)
+            try:
+                reply = decode_frame(data) if isinstance(data, bytes) else json.loads(data)
+            except (ValueError, RecursionError) as error:
+                raise RemoteError("bad_frame", f"the server sent an unreadable answer: "
+                                  f"{error}") from None
             if not isinstance(reply, dict):
                 raise RemoteError("bad_frame", "the server sent something that is not an "
                                   "answer")
-            if reply.get("id") == request_id:
-                return reply  # else: the late answer of a call abandoned earlier
+            answered = reply.get("id")
+            if answered == request_id or (answered is None and not reply.get("ok")):
+                return reply  # (no id: the server could not read the request)
+            # else: the late answer of a call abandoned earlier
 
     async def _abandon(self, socket: WebSocket, request_id: int) -> None:
         """Tell the server to cancel ``request_id`` (its answer is skipped when it comes)."""
@@ -286,10 +307,18 @@ class AsyncRemoteVectorEnv:
               contextlib.suppress(ServerGoneError)):  # gone: then there is nothing to cancel
             await self._send(socket, {"op": "cancel", "id": request_id})
 
-    def _gone(self, closed: WebSocketClosed) -> ServerGoneError:
+    def _gone(self, closed: WebSocketClosed) -> RemoteError:
+        """The error for a connection that ended; every later call raises it again."""
         self._socket = None
         self._closed = True
-        return ServerGoneError("connection_closed", f"the server at {self.url} closed the "
-                               f"session's connection (code {closed.code}: "
-                               f"{closed.reason or 'no reason given'}); the session and its "
-                               "sub-envs are gone")
+        if closed.code == 1009:
+            error: RemoteError = RemoteError(
+                "too_large", f"the server closed the connection: a message was over its "
+                f"limit ({closed.reason or 'no reason given'}); the session is gone")
+        else:
+            error = ServerGoneError(
+                "connection_closed", f"the server at {self.url} closed the session's "
+                f"connection (code {closed.code}: {closed.reason or 'no reason given'}); the "
+                "session and its sub-envs are gone")
+        self._broken = error
+        return error

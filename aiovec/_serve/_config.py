@@ -30,6 +30,9 @@ class ServedEnv:
     timeout: float | None = 10.0
     description: str = ""
     vector_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Whether clients may pass ``options`` to ``reset``. Off by default: options reach the
+    #: env's own code, and a value it chokes on would fail (and restart) its sub-envs.
+    reset_options: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.env, str) or callable(self.env)):

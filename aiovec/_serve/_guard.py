@@ -24,6 +24,8 @@ __all__ = ["Authenticate", "Guard", "is_loopback"]
 Authenticate = Callable[[HTTPConnection], "Awaitable[str | None] | str | None"]
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+#: Headers a reverse proxy adds: behind one, a loopback peer is not a local client.
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -40,7 +42,9 @@ def is_loopback(host: str | None) -> bool:
 
 
 def _hostname(host_header: str) -> str:
-    """``example.com:8000`` → ``example.com``; ``[::1]:8000`` → ``::1``."""
+    """``Example.com:8000`` → ``example.com``; ``[::1]:8000`` → ``::1`` (names compare
+    without case)."""
+    host_header = host_header.strip().lower()
     if host_header.startswith("["):
         return host_header[1:].split("]", 1)[0]
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
@@ -71,7 +75,13 @@ class Guard:
         else:
             self._tokens, self._authenticate = None, auth
         self.open = auth is None
-        self._hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+        #: How many principals can exist: an open server or one token has one, so the
+        #: per-client quota cannot tell clients apart by principal.
+        self.single_principal = auth is None or (self._tokens is not None
+                                                 and len(set(self._tokens.values())) == 1)
+        self._hosts = None if allowed_hosts is None else tuple(
+            pattern if pattern == "*" or pattern.startswith("*.") else _hostname(pattern)
+            for pattern in allowed_hosts)
         self._origins = frozenset(allowed_origins)
 
     def require_token(self, token: str) -> None:
@@ -94,7 +104,7 @@ class Guard:
         host = _hostname(connection.headers.get("host", ""))
         for pattern in allowed:
             if pattern == "*" or host == pattern.strip("[]") or (
-                    pattern.startswith("*.") and host.endswith(pattern[1:])):
+                    pattern.startswith("*.") and host.endswith(pattern[1:].lower())):
                 return
         if self._hosts is None and is_loopback(host):
             return
@@ -116,6 +126,11 @@ class Guard:
             if client is None or not is_loopback(client.host):
                 raise ServeError("unauthorized", "this server has no authentication and "
                                  "answers loopback clients only (serve it with auth=...)")
+            headers = connection.headers
+            if any(name in headers for name in _PROXY_HEADERS):
+                # A proxy on this host forwards the world's requests from loopback.
+                raise ServeError("unauthorized", "this server has no authentication and a "
+                                 "proxy forwarded this request: serve it with auth=...")
             return None
         if self._tokens is not None:
             scheme, _, token = connection.headers.get("authorization", "").partition(" ")

@@ -48,8 +48,9 @@ def refusal(server: EnvServer, error: BaseException) -> ServeError:
     return answer
 
 
-async def read_body(request: Request, server: EnvServer) -> dict[str, Any]:
-    """The request's JSON object (``{}`` for an empty body), within the server's limits."""
+async def read_body(request: Request, server: EnvServer) -> tuple[dict[str, Any], int]:
+    """The request's JSON object (``{}`` for an empty body), within the server's limits, and
+    the body's size."""
     limit = server.limits.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -62,13 +63,13 @@ async def read_body(request: Request, server: EnvServer) -> dict[str, Any]:
             raise ServeError("too_large", f"the body is over the limit of {limit} bytes")
         chunks.append(chunk)
     if not size:
-        return {}
+        return {}, 0
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     # Only JSON: a browser sends a cross-origin form or text/plain POST without asking first,
     # but must ask (a CORS preflight, which this server never grants) before sending JSON.
     if media_type != "application/json":
         raise ServeError("unsupported_media_type", "send the body as application/json")
-    return await parse_bounded(b"".join(chunks), server.limits)
+    return await parse_bounded(b"".join(chunks), server.limits), size
 
 
 def http_routes(server: EnvServer) -> list[Route]:
@@ -104,15 +105,9 @@ def http_routes(server: EnvServer) -> list[Route]:
                              for env_id, served in server.envs.items()})
 
     async def create_session(request: Request, principal: str | None) -> Response:
-        manager = server.manager
-        body = await read_body(request, server)
-        env_id, num_envs = body.get("env_id"), body.get("num_envs", 1)
-        if not isinstance(env_id, str) or type(num_envs) is not int:
-            raise ServeError("invalid", "send {\"env_id\": a string, \"num_envs\": an int}")
-        client = principal if principal is not None else (
-            request.client.host if request.client else "unknown")
-        session = await manager.create(env_id, num_envs, owner=principal, client=client)
-        server.telemetry.opened(session)
+        body, _ = await read_body(request, server)
+        session = await server.open_session(body, principal,
+                                            request.client.host if request.client else None)
         return JSONResponse(session.describe(), status_code=201)
 
     async def describe_session(request: Request, principal: str | None) -> Response:
@@ -127,14 +122,15 @@ def http_routes(server: EnvServer) -> list[Route]:
     async def operate(request: Request, principal: str | None) -> Response:
         manager = server.manager
         session = manager.get(request.path_params["session_id"], principal)
-        body = await read_body(request, server)
+        body, size = await read_body(request, server)
+        big = size > server.limits.offload_bytes
         async with session.use():
             async def gone() -> None:
                 while (await request.receive())["type"] != "http.disconnect":
                     pass
 
             finished, result = await watched(gone, lambda: perform(
-                session, request.path_params["op"], body, server.telemetry))
+                session, request.path_params["op"], body, server.telemetry, big=big))
         if not finished:  # nobody is listening any more: release what the client leased
             await manager.close(session, "disconnected")
             return Response(status_code=499)

@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from aiovec._serve._errors import ServeError
 from aiovec._serve._sessions import Session
 
-__all__ = ["OPERATIONS", "Operation", "actions_from", "restarts_in"]
+__all__ = ["OPERATIONS", "Operation", "actions_from", "prepare", "restarts_in"]
 
 Operation = Callable[[Session, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -37,8 +36,8 @@ def actions_from(value: Any, space: spaces.Space[Any]) -> Any:
             raise ServeError("invalid", f"actions: expected a list of {len(space.spaces)} "
                              "batches, one per part of the Tuple space")
         return tuple(actions_from(item, sub) for item, sub in zip(value, space.spaces))
-    if isinstance(value, np.ndarray):
-        return value  # from a binary frame: the client's dtype, as a local env keeps it
+    if isinstance(value, np.ndarray):  # from a binary frame
+        return _in_dtype_of(value, space) if value.dtype.kind != "O" else value
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:  # ragged nesting
@@ -51,9 +50,10 @@ def actions_from(value: Any, space: spaces.Space[Any]) -> Any:
 
 def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any]
                  ) -> np.ndarray[Any, Any]:
-    """JSON numbers in the space's dtype where nothing is lost (JSON has no float32 or
-    int8: 0.25 for a float32 Box, 1 for a MultiBinary), so the sub-env gets what a local
-    caller would send; anything else is left for the action check to refuse."""
+    """Actions in the space's dtype where nothing is lost (JSON has no float32 or int8, and
+    a client may send float64 for a float32 Box), so the sub-env gets what its space
+    contains and an env that asserts ``contains`` never fails on a dtype: a client could
+    force restarts that way. Anything else is left for the action check to refuse."""
     dtype = space.dtype
     if dtype is None or array.dtype == dtype:
         return array
@@ -72,11 +72,42 @@ def _required(request: Mapping[str, Any], name: str) -> Any:
     return request[name]
 
 
-def _seed(request: Mapping[str, Any]) -> Any:
+def _seed(request: Mapping[str, Any], num_envs: int) -> Any:
     seed = request.get("seed")
     if isinstance(seed, np.ndarray):
-        seed = seed.tolist()
-    return seed  # checked (type, sign, count) by the vector env before anything is sent
+        seed = seed.tolist() if seed.size <= num_envs else [None] * (num_envs + 1)
+    if isinstance(seed, list) and len(seed) != num_envs:  # before looking at each one
+        raise ServeError("invalid", f"seed: one per sub-env ({num_envs}), got {len(seed)}")
+    return seed  # checked (type, sign) by the vector env before anything is sent
+
+
+def _env_ids(request: Mapping[str, Any], num_envs: int) -> list[int] | None:
+    env_ids = request.get("env_ids")
+    if env_ids is None:
+        return None
+    if isinstance(env_ids, np.ndarray):
+        env_ids = env_ids.tolist() if env_ids.size <= num_envs else None
+    if not (isinstance(env_ids, list) and 0 < len(env_ids) <= num_envs
+            and all(type(index) is int and 0 <= index < num_envs for index in env_ids)
+            and len(set(env_ids)) == len(env_ids)):
+        raise ServeError("invalid", f"env_ids: distinct sub-env indices from 0 to "
+                         f"{num_envs - 1}, or null for all")
+    return env_ids
+
+
+def prepare(session: Session, op: str, request: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``request`` with its actions turned into arrays (the costly part of a big request:
+    a transport runs this in a worker thread for those)."""
+    if op == "step" and "actions" in request:
+        return {**request, "actions": actions_from(request["actions"],
+                                                   session.envs.action_space)}
+    if op == "send" and "actions" in request:
+        env_ids = _env_ids(request, session.envs.num_envs)
+        space = session.envs.action_space if env_ids is None else \
+            session.batched_action_space(len(env_ids))
+        return {**request, "env_ids": env_ids,
+                "actions": actions_from(request["actions"], space)}
+    return request
 
 
 def _restarted(infos: Mapping[str, Any], env_ids: Any = None) -> dict[str, str]:
@@ -92,9 +123,13 @@ def _restarted(infos: Mapping[str, Any], env_ids: Any = None) -> dict[str, str]:
 
 async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     options = request.get("options")
-    if options is not None and not isinstance(options, dict):
-        raise ServeError("invalid", "options must be an object or null")
-    observations, infos = await session.envs.reset(seed=_seed(request), options=options)
+    if options is not None:
+        if not session.served.reset_options:
+            raise ServeError("invalid", f"{session.env_id} takes no reset options here")
+        if not isinstance(options, dict):
+            raise ServeError("invalid", "options must be an object or null")
+    observations, infos = await session.envs.reset(
+        seed=_seed(request, session.envs.num_envs), options=options)
     return {"observations": observations, "infos": infos, "restarted": _restarted(infos)}
 
 
@@ -110,16 +145,11 @@ async def step(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
 async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     """First-ready batches: start stepping ``env_ids`` (default all); ``recv`` collects."""
     envs = session.envs
-    env_ids = request.get("env_ids")
-    if env_ids is not None:
-        if isinstance(env_ids, np.ndarray):
-            env_ids = env_ids.tolist()
-        if not (isinstance(env_ids, list) and all(type(i) is int for i in env_ids)):
-            raise ServeError("invalid", "env_ids must be a list of ints or null")
-        batched = batch_space(envs.single_action_space, len(env_ids))
-    else:
-        batched = envs.action_space
-    envs.send(actions_from(_required(request, "actions"), batched), env_ids)
+    _required(request, "actions")
+    env_ids = _env_ids(request, envs.num_envs)
+    batched = envs.action_space if env_ids is None else \
+        session.batched_action_space(len(env_ids))
+    envs.send(actions_from(request["actions"], batched), env_ids)
     return {}
 
 

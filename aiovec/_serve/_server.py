@@ -25,9 +25,9 @@ from aiovec._serve._errors import CODES, ServeError
 from aiovec._serve._guard import Authenticate, Guard
 from aiovec._serve._http import error_response, http_routes
 from aiovec._serve._openapi import openapi_document
-from aiovec._serve._sessions import SessionManager
+from aiovec._serve._sessions import Session, SessionManager
 from aiovec._serve._telemetry import Telemetry
-from aiovec._serve._websocket import websocket_route
+from aiovec._serve._websocket import websocket_routes
 
 __all__ = ["EnvServer"]
 
@@ -38,8 +38,9 @@ class EnvServer:
     """Serves the envs of an allow-list (public id → ``ServedEnv``, a Gymnasium id or a
     factory) as sessions of 1 to ``max_envs`` sub-envs each.
 
-    ``max_sessions`` in all, ``max_sessions_per_client`` per client (default: a quarter
-    of ``max_sessions``); sessions unused for ``idle_timeout`` seconds are closed.
+    ``max_sessions`` in all, ``max_sessions_per_client`` per principal (default: a quarter
+    of ``max_sessions`` when ``auth`` names several principals; otherwise no cap below
+    ``max_sessions``); sessions unused for ``idle_timeout`` seconds are closed.
     ``auth``: a bearer token, ``{token: principal}``, a callable returning the principal
     (or ``None`` to refuse), or ``None``: loopback clients only. Sessions belong to the
     principal that created them. ``allowed_hosts`` / ``allowed_origins``: see ``Guard``.
@@ -60,17 +61,19 @@ class EnvServer:
         self.envs = allow_list(envs)
         if type(max_sessions) is not int or max_sessions < 1:
             raise ValueError(f"max_sessions must be a positive int, got {max_sessions!r}")
-        per_client = max(1, max_sessions // 4) if max_sessions_per_client is None \
-            else max_sessions_per_client
-        if type(per_client) is not int or per_client < 1:
+        if max_sessions_per_client is not None and (
+                type(max_sessions_per_client) is not int or max_sessions_per_client < 1):
             raise ValueError("max_sessions_per_client must be a positive int, got "
                              f"{max_sessions_per_client!r}")
         if not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be positive, got {idle_timeout!r}")
-        self.max_sessions, self.max_sessions_per_client = max_sessions, per_client
+        self.guard = Guard(auth, allowed_hosts, allowed_origins)
+        if max_sessions_per_client is None:  # one principal: only addresses tell clients apart
+            max_sessions_per_client = max_sessions if self.guard.single_principal \
+                else max(1, max_sessions // 4)
+        self.max_sessions, self.max_sessions_per_client = max_sessions, max_sessions_per_client
         self.idle_timeout = idle_timeout
         self.limits = limits
-        self.guard = Guard(auth, allowed_hosts, allowed_origins)
         self.telemetry = Telemetry(lambda: float(len(self._manager or ())))
         self._manager: SessionManager | None = None
         self._openapi: dict[str, Any] | None = None
@@ -80,7 +83,7 @@ class EnvServer:
     @property
     def routes(self) -> list[BaseRoute]:
         """The routes, to add to another app's router (then enter ``lifespan`` there)."""
-        return [*http_routes(self), websocket_route(self)]
+        return [*http_routes(self), *websocket_routes(self)]
 
     @property
     def manager(self) -> SessionManager:
@@ -116,6 +119,18 @@ class EnvServer:
             with anyio.CancelScope(shield=True):
                 await manager.close_all()
             self._manager = None
+
+    async def open_session(self, fields: Mapping[str, Any], principal: str | None,
+                           client_host: str | None) -> Session:
+        """A new session for ``fields`` (``{"env_id", "num_envs"}``), owned by ``principal``
+        and counted against its quota (an anonymous client's: its address's)."""
+        env_id, num_envs = fields.get("env_id"), fields.get("num_envs", 1)
+        if not isinstance(env_id, str) or type(num_envs) is not int:
+            raise ServeError("invalid", "send {\"env_id\": a string, \"num_envs\": an int}")
+        client = principal if principal is not None else (client_host or "unknown")
+        session = await self.manager.create(env_id, num_envs, owner=principal, client=client)
+        self.telemetry.opened(session)
+        return session
 
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI 3.1 description of the HTTP routes (``GET /openapi.json``)."""

@@ -8,6 +8,7 @@ at shutdown. A session does one thing at a time: a second request while one runs
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from gymnasium.vector.utils import batch_space
 
 import aiovec
 from aiovec._serve._config import ServedEnv
@@ -25,6 +27,8 @@ from aiovec._wire._schema import space_to_schema
 
 __all__ = ["Session", "SessionManager"]
 
+logger = logging.getLogger("aiovec.serve")
+
 
 @dataclass(eq=False)
 class Session:
@@ -32,6 +36,7 @@ class Session:
 
     session_id: str
     env_id: str
+    served: ServedEnv
     envs: aiovec.AsyncVectorEnv
     #: Who created it (the authenticated principal; ``None`` on an open loopback server,
     #: where the unguessable id alone grants access).
@@ -42,7 +47,19 @@ class Session:
     busy: bool = False
     closed: bool = False
     steps: int = 0
+    #: Set once the session is closed (by its owner, the reaper or shutdown): a WebSocket
+    #: carrying it ends then.
+    ended: anyio.Event = field(default_factory=anyio.Event)
     _schema: dict[str, Any] | None = None
+    _batched_action_spaces: dict[int, Any] = field(default_factory=dict)
+
+    def batched_action_space(self, count: int) -> Any:
+        """The action space of a batch for ``count`` sub-envs (first-ready ``send``)."""
+        space = self._batched_action_spaces.get(count)
+        if space is None:
+            space = self._batched_action_spaces[count] = batch_space(
+                self.envs.single_action_space, count)
+        return space
 
     def describe(self) -> dict[str, Any]:
         """The session as JSON, with its spaces as schemas a client rebuilds them from."""
@@ -126,7 +143,16 @@ class SessionManager:
         finally:
             self._starting -= 1
         session_id = secrets.token_urlsafe(24)  # 192 random bits: nothing to guess or count
-        session = Session(session_id, env_id, envs, owner, client)
+        session = Session(session_id, env_id, served, envs, owner, client)
+        try:
+            session.describe()  # spaces with no schema are the server's problem: found here
+        except TypeError as error:  # logged in a line: a configuration, not a bug to trace
+            logger.error("aiovec.serve: %s cannot be served: %s", env_id, error)
+            self._release(client)
+            with anyio.CancelScope(shield=True):
+                await envs.aclose()
+            raise ServeError("internal", f"{env_id} cannot be served here: the server's log "
+                             "says why") from None
         self._sessions[session_id] = session
         return session
 
@@ -162,8 +188,12 @@ class SessionManager:
             return
         session.closed = True
         self._release(session.client)
-        with anyio.CancelScope(shield=True):
-            await session.envs.aclose()
+        session.ended.set()
+        try:
+            with anyio.CancelScope(shield=True):
+                await session.envs.aclose()
+        except Exception as error:  # a sub-env's close raised: the session is gone all the same
+            logger.warning("aiovec.serve: closing a session of %s: %s", session.env_id, error)
         self._on_closed(session, reason)
 
     async def close_all(self) -> None:

@@ -25,12 +25,13 @@ class Telemetry:
         self._closed = metrics.counter("aiovec_serve_sessions_closed_total",
                                        "Sessions closed, by why.", labelnames=("reason",))
         self._operations = metrics.counter("aiovec_serve_operations_total",
-                                           "Operations served, by kind.", labelnames=("op",))
+                                           "Operations served, by kind and outcome.",
+                                           labelnames=("op", "outcome"))
         self._env_steps = metrics.counter("aiovec_serve_env_steps_total",
                                           "Sub-env steps taken (a step of N sub-envs is N).")
         self._latency = metrics.histogram("aiovec_serve_operation_seconds",
-                                          "Time a reset, step or recv took on the server.",
-                                          labelnames=("op",))
+                                          "Time a reset, step or recv took on the server "
+                                          "(answered or not).", labelnames=("op",))
         self._restarts = metrics.counter("aiovec_serve_restarts_total",
                                          "Sub-envs restarted after a failure or a timeout.")
         self._rejections = metrics.counter("aiovec_serve_rejections_total",
@@ -48,7 +49,7 @@ class Telemetry:
 
     def operation_done(self, session: Session, op: str, seconds: float,
                        result: Mapping[str, Any], restarts: int) -> None:
-        self._operations.inc(op=op)
+        self._operations.inc(op=op, outcome="ok")
         if op != "send":
             self._latency.observe(seconds, op=op)
         if op in ("step", "recv"):
@@ -59,6 +60,12 @@ class Telemetry:
     @property
     def content_type(self) -> str:
         return CONTENT_TYPE
+
+    def operation_failed(self, op: str, seconds: float) -> None:
+        """An operation refused, failed or cancelled (its latency counts all the same)."""
+        self._operations.inc(op=op, outcome="failed")
+        if op != "send":
+            self._latency.observe(seconds, op=op)
 
     def render(self) -> str:
         return self.metrics.render()

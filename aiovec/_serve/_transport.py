@@ -12,35 +12,37 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
+from aiovec._exceptions import AiovecError
 from aiovec._serve._config import Limits
 from aiovec._serve._errors import ServeError
 from aiovec._serve._json import JSONRejected, parse_json
-from aiovec._serve._operations import OPERATIONS, restarts_in
+from aiovec._serve._operations import OPERATIONS, prepare, restarts_in
 from aiovec._serve._sessions import Session
 from aiovec._serve._telemetry import Telemetry
 from aiovec._wire._codec import to_jsonable
 
-__all__ = ["dump_json", "parse_bounded", "perform", "watched"]
+__all__ = ["dump_json", "parse_bounded", "parse_json_object", "perform", "watched"]
 
 T = TypeVar("T")
 
 
-def _parse(body: bytes, limits: Limits) -> Any:
+def parse_json_object(body: bytes, limits: Limits) -> dict[str, Any]:
+    """``body`` as a JSON object, within ``limits`` (here, on this thread)."""
     try:
-        return parse_json(body, max_depth=limits.max_json_depth, max_bytes=limits.max_body_bytes)
+        value = parse_json(body, max_depth=limits.max_json_depth,
+                           max_bytes=limits.max_body_bytes)
     except JSONRejected as rejected:
         raise ServeError(rejected.code, rejected.detail) from None
+    if not isinstance(value, dict):
+        raise ServeError("bad_json", "the body must be a JSON object")
+    return value
 
 
 async def parse_bounded(body: bytes, limits: Limits) -> dict[str, Any]:
     """``body`` as a JSON object, within ``limits``; parsed in a worker thread when big."""
     if len(body) > limits.offload_bytes:
-        value = await anyio.to_thread.run_sync(_parse, body, limits)
-    else:
-        value = _parse(body, limits)
-    if not isinstance(value, dict):
-        raise ServeError("bad_json", "the body must be a JSON object")
-    return value
+        return await anyio.to_thread.run_sync(parse_json_object, body, limits)
+    return parse_json_object(body, limits)
 
 
 def _nbytes(value: Any) -> int:
@@ -90,13 +92,28 @@ async def watched(gone: Callable[[], Awaitable[None]],
 
 
 async def perform(session: Session, op: str, request: Mapping[str, Any],
-                  telemetry: Telemetry) -> dict[str, Any]:
-    """Run operation ``op`` on ``session`` (which the caller holds) and count it."""
+                  telemetry: Telemetry, *, big: bool = False) -> dict[str, Any]:
+    """Run operation ``op`` on ``session`` (which the caller holds) and count it; a ``big``
+    request's actions are turned into arrays in a worker thread.
+
+    A ``ValueError``/``TypeError`` raised here, not by a sub-env, is the vector env's check of
+    the client's values (actions, seeds): ``invalid``, nothing was sent."""
     operation = OPERATIONS.get(op)
     if operation is None:
         raise ServeError("not_found", f"no operation {op!r}; use one of {sorted(OPERATIONS)}")
     started = time.perf_counter()
-    result = await operation(session, request)
+    try:
+        if big:
+            request = await anyio.to_thread.run_sync(prepare, session, op, request)
+        result = await operation(session, request)
+    except (ValueError, TypeError) as error:
+        telemetry.operation_failed(op, time.perf_counter() - started)
+        if isinstance(error, AiovecError):  # a sub-env's failure: its group derives from it
+            raise
+        raise ServeError("invalid", str(error)) from None
+    except BaseException:
+        telemetry.operation_failed(op, time.perf_counter() - started)
+        raise
     telemetry.operation_done(session, op, time.perf_counter() - started, result,
                              restarts_in(result))
     return result

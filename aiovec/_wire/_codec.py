@@ -118,9 +118,11 @@ def encode_frame(message: Any) -> bytes:
     return b"".join(parts)
 
 
-def decode_frame(frame: bytes | bytearray | memoryview) -> Any:
+def decode_frame(frame: bytes | bytearray | memoryview, *,
+                 max_header_size: int = MAX_HEADER_SIZE, max_depth: int = MAX_DEPTH) -> Any:
     """The message a frame carries, its arrays as writeable copies. Raises ``ValueError``
-    saying what is wrong with a frame that is not one ``encode_frame`` could have written."""
+    saying what is wrong with a frame that is not one ``encode_frame`` could have written,
+    or whose header is over ``max_header_size`` bytes or nests deeper than ``max_depth``."""
     view = _byte_view(frame)
     size = len(view)
     if size < _PREFIX:
@@ -133,9 +135,9 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Any:
                              f"{FRAME_MAGIC[3:]!r})")
         raise ValueError(f"not a frame: it begins with {magic!r}, not {FRAME_MAGIC!r}")
     header_size = int.from_bytes(view[len(FRAME_MAGIC):_PREFIX], "little")
-    if header_size > MAX_HEADER_SIZE:
+    if header_size > max_header_size:
         raise ValueError(f"the frame's header would be {header_size} bytes, more than "
-                         f"{MAX_HEADER_SIZE}")
+                         f"{max_header_size}")
     data_start = _aligned(_PREFIX + header_size)
     if data_start > size:
         raise ValueError(f"the frame is truncated: {size} bytes, but its header and padding "
@@ -148,7 +150,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Any:
         raise ValueError("the frame's header must be a JSON object with 'arrays' and 'tree'")
     arrays = _read_arrays(header["arrays"], view[data_start:])
     used = [False] * len(arrays)
-    message = _rebuild(header["tree"], arrays, used, 0)
+    message = _rebuild(header["tree"], arrays, used, 0, max_depth)
     if not all(used):
         raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
     return message
@@ -299,10 +301,13 @@ def _read_arrays(table: object, data: memoryview) -> list[np.ndarray[Any, Any]]:
         if nbytes != dtype.itemsize * math.prod(shape):
             raise ValueError(f"the frame's array {index} has nbytes {nbytes}, but a {code} "
                              f"array of shape {shape} takes {dtype.itemsize * math.prod(shape)}")
+        if offset < end:  # each array after the last: a frame cannot claim its bytes twice
+            raise ValueError(f"the frame's array {index} starts at byte {offset}, inside the "
+                             f"array before it (which ends at {end})")
         if offset + nbytes > len(data):
             raise ValueError(f"the frame's array {index} ends at byte {offset + nbytes} of the "
                              f"data, which has {len(data)}: the frame is truncated")
-        end = max(end, offset + nbytes)
+        end = offset + nbytes
         arrays.append(_copy_array(data[offset:offset + nbytes], dtype, shape, index))
     if end != len(data):
         raise ValueError(f"the frame's data has {len(data)} bytes, but its arrays end at "
@@ -324,16 +329,17 @@ def _copy_array(buffer: memoryview, dtype: np.dtype[Any], shape: list[int],
         array = np.frombuffer(buffer, dtype).reshape(shape).copy()
     return array
 
-def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], depth: int) -> Any:
+def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], depth: int,
+             limit: int) -> Any:
     """The message a header's tree stands for: placeholders replaced, ``$`` keys unescaped."""
     kind = type(node)
     if kind is dict:
         if _ARRAY_KEY in node:
             return _placeholder(node, arrays, used)
         if _OBJECTS_KEY in node:
-            return _object_array(node, arrays, used, depth)
-        if depth > MAX_DEPTH:
-            raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
+            return _object_array(node, arrays, used, depth, limit)
+        if depth > limit:
+            raise ValueError(f"the frame's tree nests deeper than {limit} levels")
         rebuilt = {}
         for key, child in node.items():
             if key[:1] == "$":
@@ -341,17 +347,17 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
                     raise ValueError(f"the frame's tree has a reserved key {key!r:.80} (a key "
                                      "starting with '$' is sent with one more '$')")
                 key = key[1:]
-            rebuilt[key] = _rebuild(child, arrays, used, depth + 1)
+            rebuilt[key] = _rebuild(child, arrays, used, depth + 1, limit)
         return rebuilt
     if kind is list:
-        if depth > MAX_DEPTH:
-            raise ValueError(f"the frame's tree nests deeper than {MAX_DEPTH} levels")
-        return [_rebuild(child, arrays, used, depth + 1) for child in node]
+        if depth > limit:
+            raise ValueError(f"the frame's tree nests deeper than {limit} levels")
+        return [_rebuild(child, arrays, used, depth + 1, limit) for child in node]
     return node
 
 
 def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used: list[bool],
-                  depth: int) -> np.ndarray[Any, Any]:
+                  depth: int, limit: int) -> np.ndarray[Any, Any]:
     items, shape = node[_OBJECTS_KEY], node.get("shape")
     if (len(node) != 2 or type(items) is not list or type(shape) is not list
             or len(shape) > MAX_DIMS or not all(_is_count(size) for size in shape)
@@ -361,7 +367,7 @@ def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used
                          "product(sizes)")
     array = np.empty(len(items), dtype=object)
     for index, item in enumerate(items):  # one by one: a list item stays one element
-        array[index] = _rebuild(item, arrays, used, depth + 1)
+        array[index] = _rebuild(item, arrays, used, depth + 1, limit)
     return array.reshape(shape)
 
 

@@ -151,6 +151,12 @@ async def test_refusals_are_remote_errors_with_the_servers_code(serve: Any) -> N
     with pytest.raises(aiovec.RemoteError) as refused:
         await AsyncRemoteVectorEnv(server.url, "NoSuchEnv-v0", token=TOKENS["alice"]).start()
     assert refused.value.code == "unknown_env" and refused.value.status == 422
+    with pytest.raises(aiovec.RemoteError) as refused:
+        await AsyncRemoteVectorEnv(server.url, "CartPole-v1", 99, token=TOKENS["alice"]).start()
+    assert refused.value.code == "bad_num_envs"
+    async with httpx.AsyncClient(base_url=server.url, headers={
+            "authorization": f"Bearer {TOKENS['alice']}"}) as client:
+        assert (await client.get("/healthz")).json()["sessions"] == 0  # none left behind
     async with AsyncRemoteVectorEnv(server.url, "CartPole-v1", token=TOKENS["bob"]) as remote:
         obs, _ = await remote.reset(seed=0)
         assert obs.shape == (1, 4)
@@ -167,8 +173,9 @@ async def test_a_server_that_goes_away_is_a_clear_error() -> None:
                 await remote.step(np.array([0, 1]))
             assert isinstance(gone.value, ConnectionError)
             assert remote.closed
-            with pytest.raises(aiovec.ClosedError):
+            with pytest.raises(aiovec.ServerGoneError):  # every later call says so again
                 await remote.step(np.array([0, 1]))
+            await remote.aclose()
         with pytest.raises(aiovec.ServerGoneError):
             await AsyncRemoteVectorEnv(server.url, "CartPole-v1").start()
     finally:
@@ -239,3 +246,26 @@ def test_the_sync_remote_vector_env_is_a_gymnasium_vector_env(serve: Any) -> Non
     remote.close()
     with pytest.raises(aiovec.ClosedError):
         remote.step(np.array([0, 1, 0]))
+
+
+async def test_float64_actions_for_a_float32_box_never_fail_the_sub_env(serve: Any) -> None:
+    """A binary frame keeps the client's float64; the server gives the env what its float32
+    space contains (an env asserting ``contains`` would fail, and restart, otherwise)."""
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "Box-v0", 2) as remote:
+        await remote.reset(seed=0)
+        for _ in range(5):
+            actions = np.random.default_rng(0).uniform(-1, 1, (2, 2))  # float64
+            *_, infos = await remote.step(actions)
+            assert "_restart" not in infos
+
+
+async def test_a_message_over_the_servers_limit_is_a_clear_error(serve: Any) -> None:
+    server: Server = serve("strict")  # 256 KiB messages
+    async with AsyncRemoteVectorEnv(server.url, "Options-v0", 1) as remote:
+        with pytest.raises(aiovec.RemoteError) as refused:
+            await remote.reset(options={"pad": "x" * 300_000})
+        assert refused.value.code == "too_large"
+        assert not isinstance(refused.value, aiovec.ServerGoneError)
+        with pytest.raises(aiovec.RemoteError):  # the connection is gone with it
+            await remote.reset()

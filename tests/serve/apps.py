@@ -53,6 +53,31 @@ class CrashingCartPole(gym.Wrapper[Any, Any, Any, Any]):
         return super().step(action)
 
 
+class BadCloseCartPole(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose ``close`` raises (a simulator that fails to shut down cleanly)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def close(self) -> None:
+        super().close()
+        raise RuntimeError("the simulator would not shut down")
+
+
+class SequenceObservations(gym.Env[Any, Any]):
+    """Observations in a ``Sequence`` space, which has no schema on the wire."""
+
+    observation_space = gym.spaces.Sequence(gym.spaces.Discrete(3))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return (0,), {}
+
+    def step(self, action: Any) -> Any:
+        return (0,), 0.0, False, False, {}
+
+
 ENVS: dict[str, ServedEnv] = {
     "CartPole-v1": ServedEnv("CartPole-v1", max_envs=8, description="Gymnasium's CartPole"),
     "ProcessCartPole-v1": ServedEnv("CartPole-v1", backend="process", max_envs=4,
@@ -63,6 +88,10 @@ ENVS: dict[str, ServedEnv] = {
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
+    "Options-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=2,
+                            reset_options=True),
+    "BadClose-v0": ServedEnv(BadCloseCartPole, max_envs=2),
+    "Unservable-v0": ServedEnv(SequenceObservations, max_envs=1),
 }
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from aiovec._remote._websocket import WebSocket, WebSocketRejected
 from starlette.requests import Request
 
+from aiovec._remote._websocket import WebSocket, WebSocketRejected
 from aiovec._serve._errors import ServeError
 from aiovec._serve._guard import Guard
 from aiovec.serve import EnvServer, uvicorn_config
@@ -74,7 +74,8 @@ async def test_a_loopback_server_answers_only_loopback_host_names(serve: Any) ->
             refused(await client.get("/envs", headers={"host": host}), 400, "bad_host")
             refused(await client.post("/sessions", headers={"host": host},
                                       json={"env_id": "CartPole-v1"}), 400, "bad_host")
-        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}"):
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}",
+                     f"LocalHost:{port}"):
             assert (await client.get("/envs", headers={"host": host})).status_code == 200
         assert (await client.get("/healthz")).json()["sessions"] == 0
 
@@ -160,3 +161,22 @@ def test_listening_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixtur
     other = EnvServer(ENVS)
     uvicorn_config(other, host="192.0.2.1")
     assert "env-token-0123456789abcdef" in capsys.readouterr().err
+
+
+async def test_an_open_server_behind_a_proxy_refuses_the_proxied_requests(serve: Any) -> None:
+    """A reverse proxy on this host forwards the world from 127.0.0.1: without auth, the
+    requests it forwards are refused."""
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for header in ("x-forwarded-for", "forwarded", "x-real-ip"):
+            refused(await client.get("/envs", headers={header: "203.0.113.9"}), 401,
+                    "unauthorized")
+        assert (await client.get("/envs")).status_code == 200
+
+
+def test_allowed_hosts_match_names_without_case_or_port() -> None:
+    guard = Guard(None, ["API.example.com:8443", "*.Internal"], ())
+    for host in ("api.example.com", "api.example.com:8000", "a.b.internal"):
+        assert guard._check_host(request_from("127.0.0.1", headers={"host": host})) is None
+    with pytest.raises(ServeError):
+        guard._check_host(request_from("127.0.0.1", headers={"host": "example.com"}))

@@ -297,3 +297,52 @@ async def test_mounted_in_another_app_under_its_lifespan(serve: Any) -> None:
         refused(await client.post("/sessions", json={"env_id": "CartPole-v1"}), 503,
                 "not_started")
         assert (await client.get("/healthz")).status_code == 503
+
+
+async def test_what_would_make_a_sub_env_fail_is_refused_before_it_is_sent(serve: Any) -> None:
+    """Reset options reach the env's own code: refused unless the env takes them; and the
+    counts of seeds and env ids are checked before their values are looked at."""
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        session = await create(client, "CartPole-v1", 2)
+        refused(await client.post(f"/sessions/{session}/reset",
+                                  json={"options": {"low": 1, "high": 0}}), 422, "invalid")
+        refused(await client.post(f"/sessions/{session}/reset",
+                                  json={"seed": list(range(100_000))}), 422, "invalid")
+        await client.post(f"/sessions/{session}/reset", json={"seed": 0})
+        for env_ids in ([0, 0], [2], [-1], list(range(100_000)), [], "all"):
+            refused(await client.post(f"/sessions/{session}/send",
+                                      json={"actions": [0, 1], "env_ids": env_ids}),
+                    422, "invalid")
+        assert (await client.get(f"/sessions/{session}")).json()["restarts"] == 0
+        await client.delete(f"/sessions/{session}")
+        options = await create(client, "Options-v0", 1)
+        answer = await client.post(f"/sessions/{options}/reset",
+                                   json={"seed": 0, "options": {"level": 3}})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["infos"]["options"]["level"] == [3]  # as vector infos nest it
+        await client.delete(f"/sessions/{options}")
+
+
+async def test_a_sub_env_that_fails_to_close_does_not_take_the_server_down(serve: Any) -> None:
+    server: Server = serve("strict")  # the reaper runs every 0.5 s (idle after 1 s)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        deleted = await create(client, "BadClose-v0", 2)
+        assert (await client.delete(f"/sessions/{deleted}")).status_code == 204
+        await create(client, "BadClose-v0", 1)  # left for the reaper
+        await anyio.to_thread.run_sync(lambda: wait_until(
+            lambda: httpx.get(f"{server.url}/healthz").json()["sessions"] == 0, 30,
+            "the reaper to close the session"))
+        # The reaper and the server carry on.
+        session = await create(client, "CartPole-v1")
+        assert (await client.post(f"/sessions/{session}/reset", json={})).status_code == 200
+        await client.delete(f"/sessions/{session}")
+
+
+async def test_an_env_whose_spaces_cannot_be_described_is_the_servers_error(serve: Any
+                                                                          ) -> None:
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        refused(await client.post("/sessions", json={"env_id": "Unservable-v0"}), 500,
+                "internal")
+        assert (await client.get("/healthz")).json()["sessions"] == 0

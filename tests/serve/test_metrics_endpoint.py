@@ -50,11 +50,12 @@ async def test_metrics_count_sessions_steps_latency_restarts_and_refusals(serve:
 
     assert after["aiovec_serve_sessions"] >= 1
     assert grew('aiovec_serve_sessions_opened_total{env_id="Crashing-v0"}') == 1
-    assert grew('aiovec_serve_operations_total{op="step"}') == 3
-    assert grew('aiovec_serve_operations_total{op="reset"}') == 1
+    assert grew('aiovec_serve_operations_total{op="step",outcome="ok"}') == 3
+    assert grew('aiovec_serve_operations_total{op="step",outcome="failed"}') == 1
+    assert grew('aiovec_serve_operations_total{op="reset",outcome="ok"}') == 1
     assert grew("aiovec_serve_env_steps_total") == 6
     assert grew("aiovec_serve_restarts_total") == 2
-    assert grew('aiovec_serve_operation_seconds_count{op="step"}') == 3
-    assert grew('aiovec_serve_operation_seconds_bucket{op="step",le="+Inf"}') == 3
+    assert grew('aiovec_serve_operation_seconds_count{op="step"}') == 4  # the refused one too
+    assert grew('aiovec_serve_operation_seconds_bucket{op="step",le="+Inf"}') == 4
     assert grew('aiovec_serve_rejections_total{code="invalid"}') == 1
     assert grew('aiovec_serve_rejections_total{code="not_found"}') == 1

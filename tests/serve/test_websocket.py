@@ -11,8 +11,8 @@ import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
-from aiovec._remote._websocket import WebSocket, WebSocketClosed
 
+from aiovec._remote._websocket import WebSocket, WebSocketClosed, WebSocketRejected
 from aiovec._wire._codec import decode_frame, encode_frame
 from tests.leaks import wait_until
 from tests.serve.conftest import Server
@@ -86,6 +86,10 @@ async def test_bad_messages_get_an_answer_and_the_connection_stays(serve: Any) -
             ({"op": "step", "id": 7, "actions": [0, 1]}, "reset_needed"),
             ({"op": "reset", "id": 8, "seed": -3}, "invalid"),
             ({"op": "explode", "id": 9}, "not_found"),
+            ({"op": "step", "id": [1]}, "bad_json"),
+            ({"op": 5, "id": 1}, "bad_json"),
+            (encode_frame({"op": "step", "id": np.array([1, 2]), "actions": [0, 1]}),
+             "bad_frame"),
         ]
         for message, code in cases:
             if isinstance(message, dict):
@@ -97,7 +101,7 @@ async def test_bad_messages_get_an_answer_and_the_connection_stays(serve: Any) -
             raw = await socket.receive()
             answer = decode_frame(raw) if isinstance(raw, bytes) else json.loads(raw)
             assert answer["ok"] is False and answer["error"] == code, (message, answer)
-            if isinstance(message, dict):
+            if isinstance(message, dict) and code not in ("bad_json", "bad_frame"):
                 assert answer["id"] == message["id"]
         answer = await ask(socket, {"op": "reset", "id": 10, "seed": 0})
         assert answer["ok"]
@@ -189,3 +193,72 @@ async def test_healthz_stays_responsive_while_a_big_payload_is_parsed(serve: Any
             for _ in range(20):  # each answered, whatever the big one is doing
                 assert (await client.get("/healthz")).status_code == 200
         await client.delete(f"/sessions/{session}")
+
+
+def opening_url(server: Server) -> str:
+    return f"{server.url.replace('http', 'ws', 1)}/ws"
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+async def test_ws_opens_its_own_session_with_its_first_message(serve: Any, binary: bool
+                                                               ) -> None:
+    server: Server = serve("open")
+    async with await WebSocket.connect(opening_url(server)) as socket:
+        answer = await ask(socket, {"op": "open", "id": "o", "env_id": "CartPole-v1",
+                                    "num_envs": 2}, binary)
+        assert answer["ok"] and answer["id"] == "o"
+        described = answer["session"]
+        assert described["num_envs"] == 2 and described["single_action_space"] == {
+            "type": "Discrete", "dtype": "int64", "n": 2, "start": 0}
+        assert session_count(server) == 1
+        answer = await ask(socket, {"op": "reset", "id": 1, "seed": 0}, binary)
+        assert answer["ok"] and np.asarray(answer["observations"]).shape == (2, 4)
+    # The connection was the lease.
+    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
+                                                      "the session to close"))
+
+
+async def test_ws_refuses_a_bad_opening_and_closes(serve: Any) -> None:
+    server: Server = serve("open")
+    for opening, code in (({"op": "open", "id": 1, "env_id": "Nope-v0"}, "unknown_env"),
+                          ({"op": "open", "id": 1, "env_id": "CartPole-v1", "num_envs": 99},
+                           "bad_num_envs"),
+                          ({"op": "reset", "id": 1}, "invalid"),
+                          ({"op": "open", "id": 1, "env_id": "CartPole-v1",
+                            "pad": "x" * 100_000}, "too_large")):
+        async with await WebSocket.connect(opening_url(server)) as socket:
+            answer = await ask(socket, opening)
+            assert answer["ok"] is False and answer["error"] == code, answer
+            assert answer["id"] == (None if code == "too_large" else 1)
+            with pytest.raises(WebSocketClosed):
+                await socket.receive()
+    assert session_count(server) == 0
+
+
+async def test_ws_opening_counts_against_the_quota_and_refuses_strangers(serve: Any) -> None:
+    server: Server = serve("tokens")  # 2 sessions per principal
+    alice = [("authorization", "Bearer alice-token-0123456789")]
+    url = opening_url(server)
+    with pytest.raises(WebSocketRejected) as rejected:
+        await WebSocket.connect(url)
+    assert rejected.value.status == 401 and json.loads(rejected.value.body)["error"] == \
+        "unauthorized"
+    async with await WebSocket.connect(url, headers=alice) as first, \
+            await WebSocket.connect(url, headers=alice) as second, \
+            await WebSocket.connect(url, headers=alice) as third:
+        opening = {"op": "open", "id": 1, "env_id": "CartPole-v1"}
+        assert (await ask(first, opening))["ok"] and (await ask(second, opening))["ok"]
+        answer = await ask(third, opening)
+        assert answer["error"] == "quota_exceeded"
+
+
+async def test_a_session_closed_elsewhere_closes_its_connection(serve: Any) -> None:
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        session = await create(client, "CartPole-v1", 1)
+        async with await WebSocket.connect(ws_url(server, session)) as socket:
+            assert (await ask(socket, {"op": "reset", "id": 1}))["ok"]
+            assert (await client.delete(f"/sessions/{session}")).status_code == 204
+            with pytest.raises(WebSocketClosed) as closed:
+                await socket.receive()
+    assert closed.value.code == 4404

@@ -391,9 +391,32 @@ def test_the_header_size_limit_holds_on_both_ends(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ValueError, match="more than a frame carries"):
         encode_frame({"info": "x" * 100})
     small = encode_frame({"info": "x"})
-    monkeypatch.setattr(_codec, "MAX_HEADER_SIZE", 16)
     with pytest.raises(ValueError, match="header would be"):
-        decode_frame(small)
+        decode_frame(small, max_header_size=16)  # a server's own, tighter limit
+
+
+def test_a_frame_cannot_claim_its_bytes_twice() -> None:
+    """Overlapping arrays would let a small frame make the reader allocate without bound."""
+    import struct
+
+    data = bytes(64)
+    table = [["<f8", [8], 0, 64]] * 5  # five arrays over the same 64 bytes
+    header = json.dumps({"arrays": table,
+                         "tree": [{"$array": index} for index in range(5)]}).encode()
+    frame = FRAME_MAGIC + struct.pack("<I", len(header)) + header
+    frame += b"\0" * (-len(frame) % 8) + data
+    with pytest.raises(ValueError, match="inside the array before it"):
+        decode_frame(frame)
+
+
+def test_a_frame_deeper_than_the_readers_limit_is_refused() -> None:
+    deep: object = 1
+    for _ in range(10):
+        deep = [deep]
+    frame = encode_frame({"x": deep})
+    assert decode_frame(frame)["x"] == deep
+    with pytest.raises(ValueError, match="deeper than 5"):
+        decode_frame(frame, max_depth=5)
 
 
 def test_a_tampered_frame_decodes_or_is_a_value_error() -> None:
