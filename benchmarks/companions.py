@@ -67,6 +67,8 @@ COMPANIONS = (
               writes="{scratch}/multiagent.md"),
     Companion("sb3.py", "Stable-Baselines3's VecEnv API (re-measured)",
               writes="{output}/sb3.md"),
+    Companion("serve_load.py", "aiovec.serve under load: concurrent WebSocket sessions",
+              writes="{output}/serve_load.md", timeout=1200.0),
 )
 
 

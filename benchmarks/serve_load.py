@@ -16,8 +16,8 @@ Three processes share the machine, as a served env and its clients would on one 
   within the phase's deadline (``--deadline``); anything else (refused, timed out, dropped)
   is a failure, counted by kind;
 - the **probe**: a separate process asking ``GET /healthz`` every 20 ms over one keep-alive
-  connection while the sessions step (its own process, so its latency is the server's, not
-  the load client's event loop).
+  connection (its own process, so its latency is the server's, not the load client's event
+  loop); its figures are those asked while the sessions step (every one open, none done).
 
 Reported per session count: success, p50/p99 step round trip, ``/healthz`` p50/p99, the time
 to open every session and to finish. The counts grow until one holds less than 95 %
@@ -97,18 +97,18 @@ def probe(url: str, interval: float) -> None:
 
     address = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
-    latencies: list[float] = []
+    latencies: list[tuple[float, float]] = []  # (when it was asked, how long it took)
     failures = 0
     waiting = selectors.DefaultSelector()
     waiting.register(sys.stdin, selectors.EVENT_READ)
     while not waiting.select(timeout=interval):  # stdin readable: EOF, the run is over
-        started = time.perf_counter()
+        asked, started = time.time(), time.perf_counter()
         try:
             connection.request("GET", "/healthz")
             response = connection.getresponse()
             response.read()
             if response.status == 200:
-                latencies.append(time.perf_counter() - started)
+                latencies.append((asked, time.perf_counter() - started))
             else:
                 failures += 1
         except OSError:
@@ -130,6 +130,9 @@ class Phase:
     total_seconds: float = 0.0
     healthz: list[float] = field(default_factory=list)
     healthz_failures: int = 0
+    #: When every session was open, and when the last one finished (``time.time()``): the
+    #: probe's figures are those of this window, while the sessions step.
+    stepping: tuple[float, float] = (0.0, 0.0)
 
     @property
     def success(self) -> float:
@@ -160,6 +163,7 @@ async def run_phase(url: str, sessions: int, steps: int, deadline: float,
         arrived += 1
         if arrived == sessions:
             phase.open_seconds = time.perf_counter() - started
+            phase.stepping = (time.time(), 0.0)
             everyone.set()
 
     async def one(index: int) -> None:
@@ -196,6 +200,7 @@ async def run_phase(url: str, sessions: int, steps: int, deadline: float,
         for index in range(sessions):
             group.start_soon(one, index)
     phase.total_seconds = time.perf_counter() - started
+    phase.stepping = (phase.stepping[0], time.time())
     return phase
 
 
@@ -236,7 +241,9 @@ def measured_phase(url: str, sessions: int, steps: int, deadline: float,
     finally:
         output, _ = prober.communicate(input="", timeout=60)
     probed = json.loads(output)
-    phase.healthz, phase.healthz_failures = probed["latencies"], probed["failures"]
+    begin, end = phase.stepping
+    phase.healthz = [latency for asked, latency in probed["latencies"] if begin <= asked <= end]
+    phase.healthz_failures = probed["failures"]
     return phase
 
 
@@ -245,7 +252,7 @@ def main() -> None:
     parser.add_argument("--sessions", default="256,512,1024,2048,4096")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=180.0)
-    parser.add_argument("--rate", type=float, default=4.0,
+    parser.add_argument("--rate", type=float, default=2.0,
                         help="steps/s per session in the paced phase")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
