@@ -4,8 +4,10 @@ cancellation reach the server; a server's refusals, restarts and death are clear
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import anyio
@@ -269,3 +271,31 @@ async def test_a_message_over_the_servers_limit_is_a_clear_error(serve: Any) -> 
         assert not isinstance(refused.value, aiovec.ServerGoneError)
         with pytest.raises(aiovec.RemoteError):  # the connection is gone with it
             await remote.reset()
+
+
+def test_ctrl_c_in_the_sync_remote_env_cancels_the_servers_step(serve: Any,
+                                                                 ctrl_c: None) -> None:
+    server: Server = serve("open")
+    remote = RemoteVectorEnv(server.url, "Waiting-v0", 1, timeout=60)
+    try:
+        remote.reset(seed=0)
+        session = remote.async_env.session_id
+
+        def interrupt_once_stepping() -> None:
+            with httpx.Client(base_url=server.url) as client:
+                wait_until(lambda: client.get(f"/sessions/{session}").json()["busy"], 30,
+                           "the server to step")
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_stepping)
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            remote.step(np.array([1]))  # 3 s on the server, unless cancelled
+        interrupter.join()
+        with httpx.Client(base_url=server.url) as client:  # cancelled there too, at once
+            wait_until(lambda: not client.get(f"/sessions/{session}").json()["busy"], 2.5,
+                       "the server's step to be cancelled")
+        obs, _ = remote.reset(seed=1)
+        assert obs.shape == (1, 4)
+    finally:
+        remote.close()
