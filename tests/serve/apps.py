@@ -111,6 +111,16 @@ def _strict() -> EnvServer:
                                    offload_bytes=1024))
 
 
+def _api_key(connection: Any) -> str | None:
+    """A custom scheme: ``X-Api-Key: key-NAME`` is principal NAME."""
+    key = connection.headers.get("x-api-key", "")
+    return key.removeprefix("key-") if key.startswith("key-") and len(key) > 4 else None
+
+
+def _hook() -> EnvServer:
+    return EnvServer(ENVS, auth=_api_key, max_sessions=8, max_sessions_per_client=4)
+
+
 def _mounted() -> Starlette:
     """A host app that mounts the server under /rl and runs its lifespan."""
     server = EnvServer(ENVS)
@@ -130,7 +140,11 @@ def _unstarted() -> Starlette:
 
 APPS: dict[str, Callable[[], EnvServer | Starlette]] = {
     "open": _open, "tokens": _tokens, "strict": _strict, "mounted": _mounted,
-    "unstarted": _unstarted}
+    "unstarted": _unstarted, "hook": _hook, "brief": _open}
+#: Seconds an idle keep-alive connection stays open, per server (uvicorn_config's default: 30).
+#: Only a server no test reuses connections of: a client may send on a connection just as
+#: the server closes it (why the default is longer than clients keep theirs).
+KEEP_ALIVE = {"brief": 1.0}
 
 
 class _Announcing(uvicorn.Server):
@@ -144,7 +158,8 @@ class _Announcing(uvicorn.Server):
 def main(name: str) -> None:
     made = APPS[name]()
     if isinstance(made, EnvServer):
-        config = uvicorn_config(made, host="127.0.0.1", port=0, timeout_graceful_shutdown=5)
+        config = uvicorn_config(made, host="127.0.0.1", port=0, timeout_graceful_shutdown=5,
+                                keep_alive=KEEP_ALIVE.get(name, 30.0))
     else:
         config = uvicorn.Config(made, host="127.0.0.1", port=0, lifespan="on",
                                 log_level="warning", timeout_graceful_shutdown=5)

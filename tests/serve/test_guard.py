@@ -180,3 +180,18 @@ def test_allowed_hosts_match_names_without_case_or_port() -> None:
         assert guard._check_host(request_from("127.0.0.1", headers={"host": host})) is None
     with pytest.raises(ServeError):
         guard._check_host(request_from("127.0.0.1", headers={"host": "example.com"}))
+
+
+async def test_a_custom_authentication_hook_under_uvicorn(serve: Any) -> None:
+    server: Server = serve("hook")  # X-Api-Key: key-NAME is principal NAME
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        refused(await client.post("/sessions", json={"env_id": "CartPole-v1"}), 401,
+                "unauthorized")
+        refused(await client.post("/sessions", headers={"x-api-key": "nope"},
+                                  json={"env_id": "CartPole-v1"}), 401, "unauthorized")
+        carol, dave = {"x-api-key": "key-carol"}, {"x-api-key": "key-dave"}
+        session = (await client.post("/sessions", headers=carol,
+                                     json={"env_id": "CartPole-v1"})).json()["session_id"]
+        refused(await client.get(f"/sessions/{session}", headers=dave), 404,
+                "unknown_session")
+        assert (await client.delete(f"/sessions/{session}", headers=carol)).status_code == 204

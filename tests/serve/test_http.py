@@ -4,6 +4,8 @@ Gymnasium's, every refusal a JSON body with a stable code, limits, quotas and th
 from __future__ import annotations
 
 import json
+import socket
+import time
 from typing import Any
 
 import anyio
@@ -346,3 +348,19 @@ async def test_an_env_whose_spaces_cannot_be_described_is_the_servers_error(serv
         refused(await client.post("/sessions", json={"env_id": "Unservable-v0"}), 500,
                 "internal")
         assert (await client.get("/healthz")).json()["sessions"] == 0
+
+
+def test_idle_keep_alive_connections_close_after_the_configured_time(serve: Any) -> None:
+    """The brief server keeps an idle connection 1 s (uvicorn_config(keep_alive=1))."""
+    server: Server = serve("brief")
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        received = b""
+        while b"}" not in received:  # the whole (small) answer
+            received += connection.recv(4096)
+        assert received.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        while connection.recv(4096):  # b"": the server closed it
+            pass
+        assert time.monotonic() - started < 25  # 1 s, with a noisy machine's margin
