@@ -29,7 +29,6 @@ Output: a markdown table, printed and written to ``benchmarks/results/serve_load
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import random
@@ -65,29 +64,12 @@ HANDSHAKES_IN_FLIGHT = 128
 
 def serve() -> None:
     """Run the server; print ``serving on URL`` once it listens."""
-    import socket
-
-    import uvicorn
-
-    from aiovec.serve import EnvServer, ServedEnv, uvicorn_config
+    from aiovec.serve import EnvServer, ServedEnv, run
 
     server = EnvServer({"CartPole-v1": ServedEnv("CartPole-v1", backend="inline",
                                                  max_envs=64)},
                        max_sessions=16384, max_sessions_per_client=16384, idle_timeout=600)
-    config = uvicorn_config(server, port=0, backlog=8192, timeout_graceful_shutdown=5)
-
-    class Announcing(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets)
-            if self.started and sockets:
-                host, port = sockets[0].getsockname()[:2]
-                print(f"serving on http://{host}:{port}", flush=True)
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        Announcing(config).run(sockets=[listener])
+    run(server, port=0, announce=True, backlog=8192, timeout_graceful_shutdown=5)
 
 
 def probe(url: str, interval: float) -> None:

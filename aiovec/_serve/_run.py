@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import sys
 from typing import Any
 
@@ -14,12 +16,13 @@ __all__ = ["run", "uvicorn_config"]
 
 
 def uvicorn_config(server: EnvServer, *, host: str = "127.0.0.1", port: int = 8000,
-                   keep_alive: float = 30.0, **options: Any) -> Any:
+                   keep_alive: float = 30.0, app: Any = None, **options: Any) -> Any:
     """A ``uvicorn.Config`` for ``server``: uvloop where installed, its message limit,
     ``keep_alive`` seconds for idle connections (longer than clients keep theirs: httpx
     keeps 5 s, so a client never sends down a connection the server is closing). Beyond
     loopback, an open server gets a bearer token (``AIOVEC_SERVE_TOKEN`` or a new one,
-    printed to stderr)."""
+    printed to stderr). ``app``: an app of yours that mounts ``server`` and enters its
+    lifespan, served instead of ``server.app``; ``options`` go to ``uvicorn.Config``."""
     import uvicorn
 
     if not is_loopback(host) and server.guard.open:
@@ -36,15 +39,35 @@ def uvicorn_config(server: EnvServer, *, host: str = "127.0.0.1", port: int = 80
     settings: dict[str, Any] = {
         "host": host, "port": port, "loop": loop, "lifespan": "on",
         "timeout_keep_alive": keep_alive, "ws_max_size": server.limits.max_body_bytes,
+        # Idle sessions are the reaper's; a client need not answer pings between its calls.
+        "ws_ping_interval": None,
         "server_header": False, "log_level": "warning", **options}
-    return uvicorn.Config(server.app, **settings)
+    return uvicorn.Config(server.app if app is None else app, **settings)
 
 
 def run(server: EnvServer, *, host: str = "127.0.0.1", port: int = 8000,
-        keep_alive: float = 30.0, **options: Any) -> None:
-    """Serve until SIGINT/SIGTERM (then open requests finish and every session is closed).
-    ``options`` go to ``uvicorn.Config``."""
+        keep_alive: float = 30.0, announce: bool = False, app: Any = None,
+        **options: Any) -> None:
+    """Serve until SIGINT or SIGTERM, then let open requests finish, close every session and
+    return. ``port=0`` picks a free port; ``announce`` prints ``serving on http://HOST:PORT``
+    once the app is started (for a supervisor or a test to wait for). ``app`` and
+    ``options``: as for ``uvicorn_config``."""
     import uvicorn
 
-    uvicorn.Server(uvicorn_config(server, host=host, port=port, keep_alive=keep_alive,
-                                  **options)).run()
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if announce and self.started:
+                bound_host, bound_port = self.servers[0].sockets[0].getsockname()[:2]
+                print(f"serving on http://{bound_host}:{bound_port}", flush=True)
+
+    config = uvicorn_config(server, host=host, port=port, keep_alive=keep_alive, app=app,
+                            **options)
+    # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again for the default
+    # handler to end the process: here it is ignored instead, and run() returns.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

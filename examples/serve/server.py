@@ -13,25 +13,10 @@ a test can wait for it. SIGINT / SIGTERM stop it gracefully: open requests get
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
-import socket
-import sys
 
-import uvicorn
 from app import create_server
 
-from aiovec.serve import uvicorn_config
-
-
-class AnnouncingServer(uvicorn.Server):
-    """Prints the address once the app is up (lifespan started, sockets listening)."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and sockets:
-            host, port = sockets[0].getsockname()[:2]
-            print(f"serving on http://{host}:{port}", flush=True)
+from aiovec.serve import run
 
 
 def main() -> None:
@@ -48,15 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     server = create_server(max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
                            auth=args.token)
-    config = uvicorn_config(server, host=args.host, port=args.port, keep_alive=args.keep_alive,
-                            timeout_graceful_shutdown=args.graceful_seconds)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((args.host, args.port))
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: end quietly.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        AnnouncingServer(config).run(sockets=[listener])
+    run(server, host=args.host, port=args.port, keep_alive=args.keep_alive, announce=True,
+        timeout_graceful_shutdown=args.graceful_seconds)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,7 @@ NAME`` under a real uvicorn on 127.0.0.1 (``conftest.serve`` starts and stops th
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import signal
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -14,11 +11,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import gymnasium as gym
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from aiovec.serve import EnvServer, Limits, ServedEnv, uvicorn_config
+from aiovec.serve import EnvServer, Limits, ServedEnv, run
 from aiovec.testing import EpisodeEnv
 
 #: Bearer tokens of the ``tokens`` server, by principal.
@@ -121,9 +117,8 @@ def _hook() -> EnvServer:
     return EnvServer(ENVS, auth=_api_key, max_sessions=8, max_sessions_per_client=4)
 
 
-def _mounted() -> Starlette:
+def _mounted(server: EnvServer) -> Starlette:
     """A host app that mounts the server under /rl and runs its lifespan."""
-    server = EnvServer(ENVS)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -133,41 +128,27 @@ def _mounted() -> Starlette:
     return Starlette(routes=[Mount("/rl", app=server.app)], lifespan=lifespan)
 
 
-def _unstarted() -> Starlette:
+def _unstarted(server: EnvServer) -> Starlette:
     """A host app that mounts the server but forgets its lifespan."""
-    return Starlette(routes=[Mount("/rl", app=EnvServer(ENVS).app)])
+    return Starlette(routes=[Mount("/rl", app=server.app)])
 
 
-APPS: dict[str, Callable[[], EnvServer | Starlette]] = {
-    "open": _open, "tokens": _tokens, "strict": _strict, "mounted": _mounted,
-    "unstarted": _unstarted, "hook": _hook, "brief": _open}
+#: The servers by name, and the host app each is served in (none: the server's own app).
+APPS: dict[str, tuple[Callable[[], EnvServer], Callable[[EnvServer], Starlette] | None]] = {
+    "open": (_open, None), "tokens": (_tokens, None), "strict": (_strict, None),
+    "hook": (_hook, None), "brief": (_open, None),
+    "mounted": (_open, _mounted), "unstarted": (_open, _unstarted)}
 #: Seconds an idle keep-alive connection stays open, per server (uvicorn_config's default: 30).
 #: Only a server no test reuses connections of: a client may send on a connection just as
 #: the server closes it (why the default is longer than clients keep theirs).
 KEEP_ALIVE = {"brief": 1.0}
 
 
-class _Announcing(uvicorn.Server):
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and sockets:
-            host, port = sockets[0].getsockname()[:2]
-            print(f"serving on http://{host}:{port}", flush=True)
-
-
 def main(name: str) -> None:
-    made = APPS[name]()
-    if isinstance(made, EnvServer):
-        config = uvicorn_config(made, host="127.0.0.1", port=0, timeout_graceful_shutdown=5,
-                                keep_alive=KEEP_ALIVE.get(name, 30.0))
-    else:
-        config = uvicorn.Config(made, host="127.0.0.1", port=0, lifespan="on",
-                                log_level="warning", timeout_graceful_shutdown=5)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        _Announcing(config).run(sockets=[listener])
+    make_server, host_app = APPS[name]
+    server = make_server()
+    run(server, port=0, announce=True, keep_alive=KEEP_ALIVE.get(name, 30.0),
+        app=None if host_app is None else host_app(server), timeout_graceful_shutdown=5)
 
 
 if __name__ == "__main__":

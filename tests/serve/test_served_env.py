@@ -1,4 +1,6 @@
-"""examples/serve under a real uvicorn server on 127.0.0.1, with real concurrent clients."""
+"""examples/serve (a thin app on aiovec.serve) under a real uvicorn on 127.0.0.1, with real
+concurrent clients: heavy, slow and crashing envs, workers killed, shutdown, the tiny client.
+The library itself: test_http, test_websocket, test_guard, test_metrics_endpoint."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
@@ -44,29 +45,6 @@ async def until_busy(client: httpx.AsyncClient, session: str) -> None:
 
 def session_count(server: Server) -> int:
     return int(httpx.get(f"{server.url}/healthz").json()["sessions"])
-
-
-async def test_a_session_resets_and_steps_like_gymnasium(start_server: Any) -> None:
-    server = start_server()
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        session = await create(client, "CartPole-v1", 3)
-        observations = (await client.post(f"/sessions/{session}/reset",
-                                          json={"seed": 5})).json()["observations"]
-        local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
-        expected, _ = local.reset(seed=5)
-        assert np.array_equal(np.array(observations, dtype=np.float32), expected)
-        for _ in range(30):
-            actions = [1, 0, 1]
-            result = (await client.post(f"/sessions/{session}/step",
-                                        json={"actions": actions})).json()
-            obs, rewards, terminations, truncations, _ = local.step(np.array(actions))
-            assert np.array_equal(np.array(result["observations"], dtype=np.float32), obs)
-            assert result["rewards"] == rewards.tolist()
-            assert result["terminations"] == terminations.tolist()
-            assert result["truncations"] == truncations.tolist()
-        local.close()
-        assert (await client.delete(f"/sessions/{session}")).status_code == 204
-        assert (await client.get(f"/sessions/{session}")).status_code == 404
 
 
 @pytest.mark.slow
