@@ -229,6 +229,17 @@ class BusyEnv(CountingEnv):
         return super().step(action)
 
 
+class HeavyEnv(CountingEnv):
+    """Computes for 20 ms of CPU time per step, holding the GIL: so heavy that worker
+    processes win by far even when a loaded machine slows their round trips tenfold."""
+
+    def step(self, action: Any) -> Any:
+        until = time.thread_time() + 0.02
+        while time.thread_time() < until:
+            pass
+        return super().step(action)
+
+
 class CrashingEnv(CountingEnv):
     """Takes its process down at its third step."""
 

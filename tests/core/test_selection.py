@@ -14,7 +14,7 @@ import aiovec
 from aiovec._core._probe import Workload, measure_workload
 from aiovec._core._selection import choose_by_workload, estimate_step_seconds, rule_of_thumb
 from aiovec.testing import CountingEnv
-from tests.envs import BusyEnv, CrashingEnv, SleepingEnv
+from tests.envs import BusyEnv, CrashingEnv, HeavyEnv, SleepingEnv
 
 pytestmark = pytest.mark.anyio
 
@@ -133,8 +133,10 @@ async def test_auto_runs_waiting_envs_on_threads_and_says_why(
 @pytest.mark.skipif(not TWO_CPUS, reason="the rule of thumb picks threads on one CPU")
 async def test_auto_runs_computing_envs_in_processes(anyio_backend: Any,
                                                       no_leaks: None) -> None:
-    async with aiovec.AsyncVectorEnv([BusyEnv] * 4, timeout=60) as envs:
-        assert envs.backend_name == "process"
+    # 8 x 20 ms of CPU a step: threads take 160 ms, two workers ~80 ms plus a round trip,
+    # which a loaded machine would have to slow beyond 64 ms to change the pick.
+    async with aiovec.AsyncVectorEnv([HeavyEnv] * 8, timeout=60) as envs:
+        assert envs.backend_name == "process", envs.backend_reason
         assert "estimated per vector step" in envs.backend_reason
 
 
