@@ -13,8 +13,9 @@ Inside a FastAPI or Starlette app, mount ``server.app`` (or add ``server.routes`
 WebSocket client speaking the JSON protocol (docs/guide/serving.md).
 """
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable as _Callable
+from collections.abc import Mapping as _Mapping
+from typing import Any as _Any
 
 import gymnasium as _gym
 from starlette.applications import Starlette as _Starlette
@@ -31,8 +32,8 @@ __all__ = ["ERROR_CODES", "Authenticate", "EnvServer", "Limits", "ServedEnv", "c
            "run", "uvicorn_config"]
 
 
-def create_app(envs: Mapping[str, ServedEnv | str | Callable[[], _gym.Env[Any, Any]]],
-               **options: Any) -> _Starlette:
+def create_app(envs: _Mapping[str, ServedEnv | str | _Callable[[], _gym.Env[_Any, _Any]]],
+               **options: _Any) -> _Starlette:
     """``EnvServer(envs, **options).app``: the ASGI app alone, owning its lifespan."""
     return EnvServer(envs, **options).app
 

@@ -1,8 +1,8 @@
 """aiovec.serve under load: concurrent WebSocket sessions stepping a cheap env, on loopback.
 
-Run it (about 3 minutes; ``--quick``: 20 s)::
+Run it (about 6 minutes; ``--quick``: 20 s)::
 
-    .venv/bin/python benchmarks/serve_load.py [--quick] [--sessions 256,512,1024,2048,4096]
+    .venv/bin/python benchmarks/serve_load.py [--quick] [--sessions 256,512,1024,2048,4096,8192]
 
 Three processes share the machine, as a served env and its clients would on one box:
 
@@ -231,7 +231,7 @@ def measured_phase(url: str, sessions: int, steps: int, deadline: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", default="256,512,1024,2048,4096")
+    parser.add_argument("--sessions", default="256,512,1024,2048,4096,8192")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=180.0)
     parser.add_argument("--rate", type=float, default=2.0,
