@@ -9,7 +9,7 @@ FastAPI), the host's lifespan must enter ``server.lifespan`` (until then request
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -76,6 +76,7 @@ class EnvServer:
         self.limits = limits
         self.telemetry = Telemetry(lambda: float(len(self._manager or ())))
         self._manager: SessionManager | None = None
+        self._in_loop: anyio.CapacityLimiter | None = None
         self._openapi: dict[str, Any] | None = None
         self.app = Starlette(routes=self.routes, lifespan=lambda _app: self.lifespan(),
                              exception_handlers={HTTPException: self._http_exception})
@@ -97,6 +98,15 @@ class EnvServer:
     def manager_or_none(self) -> SessionManager | None:
         return self._manager
 
+    def turn_for(self, session: Session) -> AbstractAsyncContextManager[Any]:
+        """What an operation on ``session`` holds while it runs and answers: a place among
+        ``Limits.in_loop_operations`` when its sub-envs step in the event loop's thread
+        (inline), so that a loop turn never runs hundreds of them back to back; nothing
+        otherwise (their steps run elsewhere and may take long)."""
+        if session.envs.backend_name == "inline" and self._in_loop is not None:
+            return self._in_loop
+        return nullcontext()
+
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         """Run the server: sessions may be opened inside; every one is closed on the way
@@ -108,6 +118,7 @@ class EnvServer:
                                  idle_timeout=self.idle_timeout,
                                  on_closed=lambda _session, why: self.telemetry.closed(why))
         self._manager = manager
+        self._in_loop = anyio.CapacityLimiter(self.limits.in_loop_operations)
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(manager.reap_idle_forever, min(1.0, self.idle_timeout / 2))

@@ -182,22 +182,23 @@ class _Connection:
             del self.cancelled[request.request_id]
             await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
             return True
-        scope = anyio.CancelScope()
-        self.running = (request.request_id, scope)
-        try:
-            with scope:
-                async with self.session.use():
-                    result = await perform(self.session, request.op, request.fields,
-                                           self.server.telemetry, big=request.big)
-        except Exception as error:
-            await self.refuse(request.request_id, request.binary, error)
-            return True
-        finally:
-            self.running = None
-        if scope.cancelled_caught:
-            await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
-        else:
-            await self.answer(request.request_id, request.binary, {"ok": True, **result})
+        async with self.server.turn_for(self.session):
+            scope = anyio.CancelScope()
+            self.running = (request.request_id, scope)
+            try:
+                with scope:
+                    async with self.session.use():
+                        result = await perform(self.session, request.op, request.fields,
+                                               self.server.telemetry, big=request.big)
+            except Exception as error:
+                await self.refuse(request.request_id, request.binary, error)
+                return True
+            finally:
+                self.running = None
+            if scope.cancelled_caught:
+                await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
+            else:
+                await self.answer(request.request_id, request.binary, {"ok": True, **result})
         return True
 
 
