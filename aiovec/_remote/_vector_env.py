@@ -237,8 +237,9 @@ class AsyncRemoteVectorEnv:
     # ------------------------------------------------------------------ the wire
 
     def _check_open(self, operation: str) -> WebSocket:
-        if self._broken is not None:
-            raise self._broken
+        broken = self._broken
+        if broken is not None:  # a fresh error each time (a reused one grows its traceback)
+            raise type(broken)(broken.code, broken.detail, broken.status, broken.env_ids)
         if self._closed:
             raise ClosedError(f"cannot {operation}: the remote vector env was closed")
         if self._socket is None:
@@ -304,7 +305,7 @@ class AsyncRemoteVectorEnv:
     async def _abandon(self, socket: WebSocket, request_id: int) -> None:
         """Tell the server to cancel ``request_id`` (its answer is skipped when it comes)."""
         with (anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_SECONDS),
-              contextlib.suppress(ServerGoneError)):  # gone: then there is nothing to cancel
+              contextlib.suppress(RemoteError)):  # gone: then there is nothing to cancel
             await self._send(socket, {"op": "cancel", "id": request_id})
 
     def _gone(self, closed: WebSocketClosed) -> RemoteError:

@@ -80,3 +80,10 @@ class Limits:
     #: request) would wait that long: 150 ms p99 with 512 sessions stepping flat out on 2
     #: cores, 4 ms with this limit, at the same throughput.
     in_loop_operations: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_json_depth", "offload_bytes",
+                     "in_loop_operations"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")

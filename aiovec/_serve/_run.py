@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from typing import Any
 
 from aiovec._serve._guard import is_loopback
@@ -59,15 +60,23 @@ def run(server: EnvServer, *, host: str = "127.0.0.1", port: int = 8000,
             await super().startup(sockets)
             if announce and self.started:
                 bound_host, bound_port = self.servers[0].sockets[0].getsockname()[:2]
+                if ":" in bound_host:  # IPv6
+                    bound_host = f"[{bound_host}]"
                 print(f"serving on http://{bound_host}:{bound_port}", flush=True)
 
     config = uvicorn_config(server, host=host, port=port, keep_alive=keep_alive, app=app,
                             **options)
+    web = Server(config)
     # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again for the default
-    # handler to end the process: here it is ignored instead, and run() returns.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    # handler to end the process: here it is ignored instead, and run() returns. (Signals
+    # are the main thread's: elsewhere uvicorn does not catch them either.)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: None) if main_thread else None
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            Server(config).run()
+            web.run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if not web.started:
+        raise RuntimeError("the server did not start (its log above says why)")

@@ -189,12 +189,12 @@ class SessionManager:
         session.closed = True
         self._release(session.client)
         session.ended.set()
+        self._on_closed(session, reason)  # counted as it leaves the books, as the gauge is
         try:
             with anyio.CancelScope(shield=True):
                 await session.envs.aclose()
         except Exception as error:  # a sub-env's close raised: the session is gone all the same
             logger.warning("aiovec.serve: closing a session of %s: %s", session.env_id, error)
-        self._on_closed(session, reason)
 
     async def close_all(self) -> None:
         async with anyio.create_task_group() as group:

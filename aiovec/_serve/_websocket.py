@@ -43,6 +43,8 @@ _QUEUE = 2
 _CANCELLED = 64
 _MESSAGE_TOO_BIG = 1009
 _SESSION_GONE = 4404
+#: Seconds a ``/ws`` connection may take to send its opening message.
+_OPENING_SECONDS = 30.0
 _CANCELLED_BY_CLIENT = ServeError("cancelled", "cancelled by the client")
 
 
@@ -126,8 +128,8 @@ class _Connection:
     async def answer(self, request_id: Any, binary: bool, body: dict[str, Any]) -> None:
         try:
             await _send(self.server, self.websocket, binary, {"id": request_id, **body})
-        except WebSocketDisconnect:  # it hung up meanwhile: nobody to answer, nothing to run
-            self.end()
+        except (WebSocketDisconnect, RuntimeError):  # it hung up, or the server closed it
+            self.end()  # meanwhile: nobody to answer, nothing left to run
 
     async def refuse(self, request_id: Any, binary: bool, error: BaseException) -> None:
         await self.answer(request_id, binary, {"ok": False,
@@ -182,30 +184,32 @@ class _Connection:
             del self.cancelled[request.request_id]
             await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
             return True
-        async with self.server.turn_for(self.session):
-            scope = anyio.CancelScope()
-            self.running = (request.request_id, scope)
-            try:
-                with scope:
-                    async with self.session.use():
-                        result = await perform(self.session, request.op, request.fields,
-                                               self.server.telemetry, big=request.big)
-            except Exception as error:
-                await self.refuse(request.request_id, request.binary, error)
-                return True
-            finally:
-                self.running = None
-            if scope.cancelled_caught:
-                await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
-            else:
-                await self.answer(request.request_id, request.binary, {"ok": True, **result})
+        scope = anyio.CancelScope()  # a cancel reaches it from now, its turn awaited or not
+        self.running = (request.request_id, scope)
+        try:
+            with scope:
+                # The turn is for the step only: the answer is sent after, so a client that
+                # stops reading holds up no one but itself.
+                async with self.server.turn_for(self.session), self.session.use():
+                    result = await perform(self.session, request.op, request.fields,
+                                           self.server.telemetry, big=request.big)
+        except Exception as error:
+            await self.refuse(request.request_id, request.binary, error)
+            return True
+        finally:
+            self.running = None
+        if scope.cancelled_caught:
+            await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
+        else:
+            await self.answer(request.request_id, request.binary, {"ok": True, **result})
         return True
 
 
 async def _drive(server: EnvServer, websocket: WebSocket, session: Session) -> None:
     """Serve ``session``'s requests over the accepted ``websocket`` until either side ends
     it; the session is closed then, whatever happened."""
-    ended = False
+    manager = server.manager  # (the lifespan may end before the connection does)
+    ended = True
     try:
         send, receive = anyio.create_memory_object_stream[_Request](_QUEUE)
         async with anyio.create_task_group() as group:
@@ -218,10 +222,8 @@ async def _drive(server: EnvServer, websocket: WebSocket, session: Session) -> N
                         break
             group.cancel_scope.cancel()
         ended = connection.ended
-    except WebSocketDisconnect:
-        ended = True
     finally:
-        await server.manager.close(session, "disconnected" if ended else "client")
+        await manager.close(session, "disconnected" if ended else "client")
     if not ended:
         # It may hang up as we say goodbye.
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):
@@ -233,8 +235,12 @@ async def _opening(server: EnvServer, websocket: WebSocket, principal: str | Non
     """The session the connection's first message opens (``{"op": "open", "env_id",
     "num_envs"}``), answered with its description; ``None`` if it was refused (answered,
     then closed) or the client left."""
-    message = await websocket.receive()
+    message: Mapping[str, Any] = {"type": "websocket.disconnect"}
+    with anyio.move_on_after(_OPENING_SECONDS):  # a connection holding no session is no lease
+        message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+            await websocket.close(1008, "open a session with the first message")
         return None
     binary = message.get("bytes") is not None
     request_id = None

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from aiovec._remote._websocket import WebSocket, WebSocketRejected
 from aiovec._serve._errors import ServeError
 from aiovec._serve._guard import Guard
-from aiovec.serve import EnvServer, uvicorn_config
+from aiovec.serve import EnvServer, Limits, uvicorn_config
 from tests.serve.apps import ALLOWED_ORIGIN, ENVS, TOKENS
 from tests.serve.conftest import Server
 from tests.serve.test_http import create, refused
@@ -195,3 +195,15 @@ async def test_a_custom_authentication_hook_under_uvicorn(serve: Any) -> None:
         refused(await client.get(f"/sessions/{session}", headers=dave), 404,
                 "unknown_session")
         assert (await client.delete(f"/sessions/{session}", headers=carol)).status_code == 204
+
+
+def test_limits_and_a_server_refuse_nonsense_at_construction() -> None:
+    for field in ("max_body_bytes", "max_json_depth", "offload_bytes", "in_loop_operations"):
+        with pytest.raises(ValueError, match=field):
+            Limits(**{field: 0})
+    with pytest.raises(ValueError, match="max_sessions"):
+        EnvServer(ENVS, max_sessions=0)
+    with pytest.raises(ValueError, match="max_sessions_per_client"):
+        EnvServer(ENVS, max_sessions_per_client=0)
+    with pytest.raises(ValueError, match="serve at least one env"):
+        EnvServer({})
