@@ -16,12 +16,12 @@ __all__ = ["Limits", "ServedEnv", "allow_list"]
 class ServedEnv:
     """How sessions of one public env id are built: clients name the id, never send code.
 
-    ``env`` is a Gymnasium id (made with ``gymnasium.make``) or a factory returning a fresh
-    env; ``vector_options`` go to ``aiovec.AsyncVectorEnv`` as they are (``restart=``,
+    ``factory`` is a Gymnasium id (made with ``gymnasium.make``) or a callable returning a
+    fresh env; ``vector_options`` go to ``aiovec.AsyncVectorEnv`` as they are (``restart=``,
     ``num_workers=``, ``autoreset_mode=``, ...).
     """
 
-    env: str | Callable[[], gym.Env[Any, Any]]
+    factory: str | Callable[[], gym.Env[Any, Any]]
     backend: str = "thread"
     #: Sub-envs a session may hold (``num_envs`` from 1 to this).
     max_envs: int = 16
@@ -35,17 +35,18 @@ class ServedEnv:
     reset_options: bool = False
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.env, str) or callable(self.env)):
-            raise TypeError(f"ServedEnv.env must be a Gymnasium env id or a factory, "
-                            f"got {self.env!r}")
+        if not (isinstance(self.factory, str) or callable(self.factory)):
+            raise TypeError(f"ServedEnv.factory must be a Gymnasium env id or a callable, "
+                            f"got {self.factory!r}")
         if type(self.max_envs) is not int or self.max_envs < 1:
             raise ValueError(f"ServedEnv.max_envs must be a positive int, got {self.max_envs!r}")
 
     @property
-    def factory(self) -> Callable[[], gym.Env[Any, Any]]:
-        if isinstance(self.env, str):
-            return functools.partial(gym.make, self.env)
-        return self.env
+    def env_fn(self) -> Callable[[], gym.Env[Any, Any]]:
+        """A callable making one sub-env."""
+        if isinstance(self.factory, str):
+            return functools.partial(gym.make, self.factory)
+        return self.factory
 
 
 def allow_list(envs: Mapping[str, ServedEnv | str | Callable[[], gym.Env[Any, Any]]]
@@ -80,8 +81,14 @@ class Limits:
     #: request) would wait that long: 150 ms p99 with 512 sessions stepping flat out on 2
     #: cores, 4 ms with this limit, at the same throughput.
     in_loop_operations: int = 8
+    #: Seconds a ``/ws`` connection may take to send the message that opens its session; a
+    #: connection holding no session holds no lease, so it is closed (1008) after that.
+    opening_seconds: float = 30.0
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.opening_seconds, (int, float)) and self.opening_seconds > 0):
+            raise ValueError(f"Limits.opening_seconds must be positive, got "
+                             f"{self.opening_seconds!r}")
         for name in ("max_body_bytes", "max_json_depth", "offload_bytes",
                      "in_loop_operations"):
             value = getattr(self, name)

@@ -163,7 +163,7 @@ class SessionManager:
         if "num_workers" in options:  # at most, like max_envs: a small session needs fewer
             options["num_workers"] = min(options["num_workers"], num_envs)
         try:
-            return aiovec.AsyncVectorEnv([served.factory] * num_envs, backend=served.backend,
+            return aiovec.AsyncVectorEnv([served.env_fn] * num_envs, backend=served.backend,
                                          timeout=served.timeout, **options)
         except (TypeError, ValueError) as error:  # the server's configuration, not the client
             raise RuntimeError(f"ServedEnv options do not fit AsyncVectorEnv: {error}") \

@@ -43,8 +43,6 @@ _QUEUE = 2
 _CANCELLED = 64
 _MESSAGE_TOO_BIG = 1009
 _SESSION_GONE = 4404
-#: Seconds a ``/ws`` connection may take to send its opening message.
-_OPENING_SECONDS = 30.0
 _CANCELLED_BY_CLIENT = ServeError("cancelled", "cancelled by the client")
 
 
@@ -236,7 +234,7 @@ async def _opening(server: EnvServer, websocket: WebSocket, principal: str | Non
     "num_envs"}``), answered with its description; ``None`` if it was refused (answered,
     then closed) or the client left."""
     message: Mapping[str, Any] = {"type": "websocket.disconnect"}
-    with anyio.move_on_after(_OPENING_SECONDS):  # a connection holding no session is no lease
+    with anyio.move_on_after(server.limits.opening_seconds):  # no session, no lease
         message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):

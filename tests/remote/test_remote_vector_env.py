@@ -59,7 +59,7 @@ async def until_idle(server: Server, session: str) -> None:
 async def test_a_remote_rollout_equals_a_local_one(serve: Any, env_id: str,
                                                    encoding: str) -> None:
     server: Server = serve("open")
-    local = aiovec.AsyncVectorEnv([ENVS[env_id].factory] * 3, backend="inline")
+    local = aiovec.AsyncVectorEnv([ENVS[env_id].env_fn] * 3, backend="inline")
     async with local, AsyncRemoteVectorEnv(server.url, env_id, 3,
                                            encoding=encoding) as remote:  # type: ignore[arg-type]
         assert remote.single_observation_space == local.single_observation_space

@@ -107,6 +107,11 @@ def _strict() -> EnvServer:
                                    offload_bytes=1024))
 
 
+def _brief() -> EnvServer:
+    """Short patience: idle keep-alive connections (KEEP_ALIVE) and silent ``/ws``."""
+    return EnvServer(ENVS, limits=Limits(opening_seconds=1.0))
+
+
 def _api_key(connection: Any) -> str | None:
     """A custom scheme: ``X-Api-Key: key-NAME`` is principal NAME."""
     key = connection.headers.get("x-api-key", "")
@@ -136,7 +141,7 @@ def _unstarted(server: EnvServer) -> Starlette:
 #: The servers by name, and the host app each is served in (none: the server's own app).
 APPS: dict[str, tuple[Callable[[], EnvServer], Callable[[EnvServer], Starlette] | None]] = {
     "open": (_open, None), "tokens": (_tokens, None), "strict": (_strict, None),
-    "hook": (_hook, None), "brief": (_open, None),
+    "hook": (_hook, None), "brief": (_brief, None),
     "mounted": (_open, _mounted), "unstarted": (_open, _unstarted)}
 #: Seconds an idle keep-alive connection stays open, per server (uvicorn_config's default: 30).
 #: Only a server no test reuses connections of: a client may send on a connection just as

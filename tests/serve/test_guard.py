@@ -13,7 +13,7 @@ from starlette.requests import Request
 from aiovec._remote._websocket import WebSocket, WebSocketRejected
 from aiovec._serve._errors import ServeError
 from aiovec._serve._guard import Guard
-from aiovec.serve import EnvServer, Limits, uvicorn_config
+from aiovec.serve import EnvServer, Limits, ServedEnv, uvicorn_config
 from tests.serve.apps import ALLOWED_ORIGIN, ENVS, TOKENS
 from tests.serve.conftest import Server
 from tests.serve.test_http import create, refused
@@ -207,3 +207,15 @@ def test_limits_and_a_server_refuse_nonsense_at_construction() -> None:
         EnvServer(ENVS, max_sessions_per_client=0)
     with pytest.raises(ValueError, match="serve at least one env"):
         EnvServer({})
+
+
+def test_a_served_env_is_an_id_or_a_callable() -> None:
+    env = ServedEnv("CartPole-v1").env_fn()
+    assert env.spec is not None and env.spec.id == "CartPole-v1"
+    env.close()
+    made = object()
+    assert ServedEnv(factory=lambda: made).env_fn() is made  # type: ignore[arg-type, return-value]
+    with pytest.raises(TypeError, match="factory"):
+        ServedEnv(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="opening_seconds"):
+        Limits(opening_seconds=0)

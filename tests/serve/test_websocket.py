@@ -262,3 +262,11 @@ async def test_a_session_closed_elsewhere_closes_its_connection(serve: Any) -> N
             with pytest.raises(WebSocketClosed) as closed:
                 await socket.receive()
     assert closed.value.code == 4404
+
+
+async def test_ws_closes_a_connection_that_never_opens_a_session(serve: Any) -> None:
+    server: Server = serve("brief")  # opening_seconds=1 (no other test of it opens a session)
+    async with await WebSocket.connect(opening_url(server)) as socket:
+        with anyio.fail_after(30), pytest.raises(WebSocketClosed) as closed:
+            await socket.receive()  # nothing sent: the server gives up on it
+    assert closed.value.code == 1008
