@@ -62,6 +62,14 @@ class Guard:
 
     def __init__(self, auth: str | Mapping[str, str] | Authenticate | None,
                  allowed_hosts: Sequence[str] | None, allowed_origins: Sequence[str]) -> None:
+        self._use(auth)
+        self._hosts = None if allowed_hosts is None else tuple(
+            pattern if pattern == "*" or pattern.startswith("*.") else _hostname(pattern)
+            for pattern in allowed_hosts)
+        self._origins = frozenset(allowed_origins)
+
+    def _use(self, auth: str | Mapping[str, str] | Authenticate | None) -> None:
+        """Admit by ``auth`` from now on."""
         if isinstance(auth, str):
             auth = {auth: "bearer"}
         if isinstance(auth, Mapping):
@@ -79,15 +87,11 @@ class Guard:
         #: per-client quota cannot tell clients apart by principal.
         self.single_principal = auth is None or (self._tokens is not None
                                                  and len(set(self._tokens.values())) == 1)
-        self._hosts = None if allowed_hosts is None else tuple(
-            pattern if pattern == "*" or pattern.startswith("*.") else _hostname(pattern)
-            for pattern in allowed_hosts)
-        self._origins = frozenset(allowed_origins)
 
     def require_token(self, token: str) -> None:
         """From now on, admit only requests bearing ``token`` (an open server's default when
         it listens beyond loopback)."""
-        self.__init__(token, self._hosts, self._origins)  # type: ignore[misc]
+        self._use(token)
 
     async def admit(self, connection: HTTPConnection) -> str | None:
         self._check_host(connection)

@@ -21,6 +21,7 @@ from aiovec.remote import AsyncRemoteVectorEnv, RemoteVectorEnv
 from tests.leaks import wait_until
 from tests.serve.apps import ENVS, TOKENS
 from tests.serve.conftest import Server, launch
+from tests.serve.test_websocket import until_no_sessions
 
 pytestmark = pytest.mark.anyio
 
@@ -40,10 +41,6 @@ def assert_tree_equal(remote: Any, local: Any, where: str = "") -> None:
         local = np.asarray(local)
         assert isinstance(remote, np.ndarray), where
         assert remote.dtype == local.dtype and np.array_equal(remote, local), where
-
-
-def session_count(server: Server) -> int:
-    return int(httpx.get(f"{server.url}/healthz").json()["sessions"])
 
 
 async def until_idle(server: Server, session: str) -> None:
@@ -198,8 +195,7 @@ async def test_lifecycle_errors_and_the_lease(serve: Any) -> None:
     await remote.aclose()
     with pytest.raises(aiovec.ClosedError):
         await remote.reset()
-    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
-                                                      "the session to close"))
+    await until_no_sessions(server)
     with pytest.raises(ValueError, match="encoding"):
         AsyncRemoteVectorEnv(server.url, "CartPole-v1", encoding="xml")  # type: ignore[arg-type]
 

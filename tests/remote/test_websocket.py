@@ -12,7 +12,7 @@ import ssl
 import struct
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -286,9 +286,9 @@ async def test_aclose_in_a_cancelled_scope_still_closes_cleanly(no_leaks: None,
                                                                  "reason": "timed out"}
 
 
-async def test_aclose_from_another_task_ends_a_pending_receive(no_leaks: None,
-                                                               server: Server) -> None:
-    ws = await WebSocket.connect(server.url())
+async def receive_ended_by(ws: WebSocket, end: Callable[[], Awaitable[object]]
+                          ) -> list[WebSocketClosed]:
+    """Run ``end`` while another task waits in ``receive``; what that receive raised."""
     ended: list[WebSocketClosed] = []
 
     async def receive() -> None:
@@ -299,7 +299,14 @@ async def test_aclose_from_another_task_ends_a_pending_receive(no_leaks: None,
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(receive)
         await anyio.wait_all_tasks_blocked()  # the receive waits for data
-        await ws.aclose(1001, "going away")
+        await end()
+    return ended
+
+
+async def test_aclose_from_another_task_ends_a_pending_receive(no_leaks: None,
+                                                               server: Server) -> None:
+    ws = await WebSocket.connect(server.url())
+    ended = await receive_ended_by(ws, lambda: ws.aclose(1001, "going away"))
     assert [(error.code, error.reason) for error in ended] == [(1001, "going away")]
 
 
@@ -309,17 +316,10 @@ async def test_a_server_killed_mid_receive(no_leaks: None,
     async with await WebSocket.connect(server.url()) as ws:
         await ws.send_text("alive")
         assert await ws.receive() == "alive"
-        ended: list[WebSocketClosed] = []
-
-        async def receive() -> None:
-            with pytest.raises(WebSocketClosed) as raised:
-                await ws.receive()
-            ended.append(raised.value)
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(receive)
-            await anyio.wait_all_tasks_blocked()
+        async def kill() -> None:
             server.kill()
+
+        ended = await receive_ended_by(ws, kill)
         assert [error.code for error in ended] == [1006]
         assert ws.closed
         with pytest.raises(WebSocketClosed) as raised:

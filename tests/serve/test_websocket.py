@@ -39,6 +39,12 @@ def session_count(server: Server) -> int:
     return int(httpx.get(f"{server.url}/healthz").json()["sessions"])
 
 
+async def until_no_sessions(server: Server) -> None:
+    """Wait (bounded) until the server holds no session: it closes them as connections end."""
+    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
+                                                      "the session to close"))
+
+
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 async def test_a_session_over_a_websocket_steps_like_gymnasium(serve: Any, binary: bool
                                                                ) -> None:
@@ -69,8 +75,7 @@ async def test_a_session_over_a_websocket_steps_like_gymnasium(serve: Any, binar
         with pytest.raises(WebSocketClosed):
             await socket.receive()
     local.close()
-    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
-                                                      "the session to close"))
+    await until_no_sessions(server)
 
 
 async def test_bad_messages_get_an_answer_and_the_connection_stays(serve: Any) -> None:
@@ -120,8 +125,7 @@ async def test_a_message_over_the_limit_closes_with_1009(serve: Any) -> None:
         with pytest.raises(WebSocketClosed) as closed:
             await socket.receive()
     assert closed.value.code == 1009
-    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
-                                                      "the session to close"))
+    await until_no_sessions(server)
 
 
 async def test_cancel_stops_the_running_step(serve: Any) -> None:
@@ -170,8 +174,7 @@ async def test_hanging_up_mid_step_releases_the_session(serve: Any) -> None:
                     await anyio.sleep(0.01)  # another process: no event to wait on
         finally:
             await socket.aclose()
-        await anyio.to_thread.run_sync(lambda: wait_until(
-            lambda: session_count(server) == 0, 10, "the session to close"))
+        await until_no_sessions(server)
         assert metric(await client.get("/metrics"),
                       'aiovec_serve_sessions_closed_total{reason="disconnected"}') >= 1
 
@@ -214,8 +217,7 @@ async def test_ws_opens_its_own_session_with_its_first_message(serve: Any, binar
         answer = await ask(socket, {"op": "reset", "id": 1, "seed": 0}, binary)
         assert answer["ok"] and np.asarray(answer["observations"]).shape == (2, 4)
     # The connection was the lease.
-    await anyio.to_thread.run_sync(lambda: wait_until(lambda: session_count(server) == 0, 10,
-                                                      "the session to close"))
+    await until_no_sessions(server)
 
 
 async def test_ws_refuses_a_bad_opening_and_closes(serve: Any) -> None:
