@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from tests.backends_matrix import EVENT_LOOPS
-from tests.leaks import child_pids, mapped_blocks, open_fds, wait_for_exit
+from tests.leaks import (
+    child_pids,
+    end_abandoned_parent_workers,
+    mapped_blocks,
+    open_fds,
+    wait_for_exit,
+)
 from tests.ray_runtime import actor_pids, ensure_ray
 
 # `except*` is a syntax error before 3.11, so that module is not even collected there.
@@ -169,6 +175,7 @@ async def no_leaks(request: pytest.FixtureRequest,
         return
     fds, blocks, children = open_fds(), mapped_blocks(), child_pids()
     yield
+    end_abandoned_parent_workers()
     assert child_pids() <= children, "worker processes left running"
     assert mapped_blocks() <= blocks, "shared memory (aiovec-batch) left mapped"
     leaked = {}

@@ -124,3 +124,26 @@ def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
     finally:
         for fd in pidfds:
             os.close(fd)
+
+
+#: The name of every parent worker's thread (``aiovec._backends._process._parent_worker``).
+PARENT_WORKER_THREAD = "aiovec-parent-worker-"
+
+
+def end_abandoned_parent_workers(timeout: float = 20.0) -> None:
+    """Release hung sub-env calls, then join every parent worker thread still running.
+
+    A parent worker abandoned at a deadline keeps its socket and its view of the shared
+    memory until the call it is stuck in returns, then closes both (as a thread-backend
+    sub-env thread runs on until then): what a test leaves is counted after that.
+    """
+    import threading
+
+    from aiovec.testing import release_hangs
+
+    release_hangs()
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name.startswith(PARENT_WORKER_THREAD):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            assert not thread.is_alive(), f"{thread.name} still runs {timeout} s on"

@@ -177,6 +177,10 @@ class Child:
             os.close(self._pidfd)
             self._pidfd = None
 
+    def host_name(self, index: int) -> str:
+        """How errors name this worker."""
+        return f"worker process {index} (pid {self.pid})"
+
     def describe_exit(self) -> str:
         code = self.poll()
         if code is None or self._status_unknown:

@@ -22,7 +22,12 @@ def _dumps(value: Any) -> bytes:
 
 def portable(failure: Failure) -> Failure:
     """The failure, its exception replaced by a ``SerializationError`` if that exception would
-    not survive the trip to the parent (the original traceback text is kept)."""
+    not survive the trip to the parent (the original traceback text is kept).
+
+    The exception lets go of its frames (their text is in ``failure.traceback``): a frame's
+    locals may hold views of shared memory, which could then not be unmapped.
+    """
+    _drop_frames(failure.exception)
     try:
         pickle.loads(_dumps(failure.exception))
     except Exception as error:
@@ -46,3 +51,12 @@ def picklable(phase: str, env_index: int, reply: Any) -> Any:
         return Failure(env_index, phase, SerializationError(message),
                        f"SerializationError: {message}", text)
     return reply
+
+
+def _drop_frames(exception: BaseException | None) -> None:
+    """Detach the tracebacks of ``exception`` and of the exceptions chained to it."""
+    seen: set[int] = set()
+    while exception is not None and id(exception) not in seen:
+        seen.add(id(exception))
+        exception.__traceback__ = None
+        exception = exception.__cause__ or exception.__context__

@@ -24,9 +24,9 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-__all__ = ["GRACE", "OWNER_VARIABLE", "SUPPORTED", "StartedProcesses", "become_subreaper",
-           "end_tree", "environment_value", "living_descendants", "marked", "owned_by",
-           "owner_of", "start_time"]
+__all__ = ["GRACE", "OWNER_VARIABLE", "SUPPORTED", "NoProcessTracking", "StartedProcesses",
+           "become_subreaper", "end_tree", "environment_value", "living_descendants", "marked",
+           "owned_by", "owner_of", "start_time"]
 
 #: Seconds a process gets to exit after SIGTERM before SIGKILL.
 GRACE = float(os.environ.get("AIOVEC_TERMINATE_GRACE", "1.0"))
@@ -292,3 +292,24 @@ class StartedProcesses:
     def take_ended(self) -> int:
         ended, self.ended = self.ended, 0
         return ended
+
+
+class NoProcessTracking:
+    """``StartedProcesses`` for sub-envs hosted in the trainer's own process (the process
+    backend's parent worker): what they start is not told apart from the trainer's other
+    children, so nothing is ended on their behalf (as on the thread backend)."""
+
+    ended = 0
+
+    @contextlib.contextmanager
+    def making(self, env_index: int) -> Iterator[None]:
+        yield
+
+    def end(self, env_indices: Collection[int], hosted: int) -> None:
+        return
+
+    def end_all(self) -> None:
+        return
+
+    def take_ended(self) -> int:
+        return 0

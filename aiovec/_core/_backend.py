@@ -26,6 +26,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from aiovec._core._cleanups import CleanupTally
+from aiovec._core._infos import PackedInfos
 from aiovec._core._loop_wakeup import ThreadsafeCaller
 from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op, Remade
 from aiovec._core._spaces import VectorSpaces
@@ -96,7 +97,7 @@ class Pending(abc.ABC):
     A first-ready request (``arrivals`` set) also announces each reply there as it lands.
     """
 
-    __slots__ = ("arrivals", "env_indices", "op", "quiet", "replies")
+    __slots__ = ("arrivals", "env_indices", "op", "packed_infos", "quiet", "replies")
 
     #: False while the request provably reached no sub-env (so cancelling it changed nothing).
     started: bool = True
@@ -111,6 +112,9 @@ class Pending(abc.ABC):
         #: once every reply came, each is ``None`` (no infos, no failure) and the core need
         #: not read them one by one. Backends that never know it leave it false.
         self.quiet = False
+        #: Step infos merged by the host of a run of sub-envs, ``(first sub-env, infos)``:
+        #: those sub-envs' replies are ``None`` (``_infos.splice_infos``).
+        self.packed_infos: list[tuple[int, PackedInfos]] = []
 
     @abc.abstractmethod
     async def wait(self) -> None:

@@ -212,7 +212,9 @@ class Engine:
             replies, broken = await self._gather(in_flight, timeout)
             results = self._results
             out = in_flight.out
-            infos = {} if in_flight.quiet() else results.store_steps(replies, broken, out)
+            pending = in_flight.pending
+            infos = {} if in_flight.quiet() else results.store_steps(
+                replies, broken, out, () if pending is None else pending.packed_infos)
             if results.misfits:
                 self._refuse_misfits(in_flight, replies, broken)
             if broken:

@@ -23,7 +23,7 @@ from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from aiovec._core._first_ready import StepBatch
-from aiovec._core._infos import merge_info
+from aiovec._core._infos import PackedInfos, merge_info, splice_infos
 from aiovec._core._observations import misfit_failure, read_row, take_rows
 from aiovec._core._requests import BatchBuffers, Failure
 from aiovec._core._spaces import VectorSpaces
@@ -99,15 +99,20 @@ class BatchResults:
         return infos
 
     def store_steps(self, replies: list[Any], broken: dict[int, str],
-                    out: Any = None) -> dict[str, Any]:
+                    out: Any = None,
+                    packed: Sequence[tuple[int, PackedInfos]] = ()) -> dict[str, Any]:
         """Batch the healthy step replies → the merged infos. Broken sub-envs keep their
         observation, with reward 0 and no episode end (a restart may then overwrite them);
         so do those whose observation does not fit the batch (``misfits``). ``out``: see
-        ``batch_into``."""
+        ``batch_into``. ``packed``: infos merged by the hosts of runs of sub-envs (in place
+        only), ``(first sub-env, infos)``, spliced in where those sub-envs come."""
         n = self.num_envs
         infos: dict[str, Any] = {}
         if self.in_place:  # results are in place; a reply is None or (info, final)
+            runs = dict(packed)
             for env_index, reply in enumerate(replies):
+                if runs and env_index in runs:
+                    splice_infos(infos, runs.pop(env_index), env_index, n)
                 if reply is not None and env_index not in broken:
                     info, final = reply
                     if final is not None:

@@ -43,11 +43,12 @@ BACKEND_NAMES = ("auto", *_REGISTRY)
 BACKEND_OPTIONS = {
     "num_workers": ("process", "ray"),
     "start_method": ("process",),
+    "parent_worker": ("process",),
     "max_concurrency": ("async", "thread", "inline", "process", "ray"),
     "address": ("ray",),
     "actor_options": ("ray",),
 }
-PROCESS_OPTIONS = ("num_workers", "start_method")
+PROCESS_OPTIONS = ("num_workers", "start_method", "parent_worker")
 RAY_OPTIONS = ("address", "actor_options")
 
 

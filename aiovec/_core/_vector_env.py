@@ -122,6 +122,7 @@ class AsyncVectorEnv(Engine):
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
+        parent_worker: bool | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
         validate_actions: bool = False,
@@ -140,6 +141,7 @@ class AsyncVectorEnv(Engine):
         self.batch_size: int = (check_count(batch_size, "batch_size", self.num_envs)
                                 or self.num_envs)
         options = {"num_workers": num_workers, "start_method": start_method,
+                   "parent_worker": None if parent_worker is None else bool(parent_worker),
                    "max_concurrency": check_count(max_concurrency, "max_concurrency"),
                    "address": address, "actor_options": actor_options}
         self._selection = BackendSelection(backend, env_fns, options, self.autoreset_mode)

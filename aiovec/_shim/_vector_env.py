@@ -36,7 +36,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
     memory is used whenever the spaces allow; ``max_concurrency`` caps how many sub-envs
     execute at once, as in Gymnasium) and ``aiovec.AsyncVectorEnv``'s keywords (``backend``,
     ``timeout``, ``close_timeout``, ``restart``, ``batch_size``, ``num_workers``,
-    ``address``, ``actor_options``, ``validate_actions``). A ``timeout=None`` in
+    ``parent_worker``, ``address``, ``actor_options``, ``validate_actions``). A ``timeout=None`` in
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
@@ -62,6 +62,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
+        parent_worker: bool | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
         validate_actions: bool = False,
@@ -81,7 +82,8 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
             restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
-            num_workers=num_workers, start_method=context, address=address,
+            num_workers=num_workers, start_method=context, parent_worker=parent_worker,
+            address=address,
             actor_options=actor_options, validate_actions=validate_actions,
         )
         self.num_envs = env.num_envs

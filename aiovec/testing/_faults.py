@@ -135,6 +135,12 @@ def _in_worker_process() -> bool:
     return bool(getattr(worker, "IN_WORKER", False) or getattr(actor, "IN_ACTOR", False))
 
 
+def _in_parent_worker() -> bool:
+    """True on the thread of a process backend's parent worker (``parent_worker=True``)."""
+    module = sys.modules.get("aiovec._backends._process._parent_worker")
+    return bool(module is not None and module.on_parent_worker())
+
+
 class _Unpicklable(np.ndarray):  # type: ignore[type-arg,unused-ignore]
     """An array that refuses to be pickled (as do arrays holding handles, locks, …)."""
 
@@ -265,6 +271,8 @@ class FaultyEnv(gym.Env[np.ndarray, np.ndarray]):
         if kind == "hang":
             _hang(self.hang_seconds)
         if kind in _PROCESS_ENDING:
+            if _in_parent_worker():  # a thread: it ends as the process it stands for would
+                raise SystemExit(f"a {kind!r} fault ended the parent worker's thread")
             if not _in_worker_process():
                 raise InjectedFault(f"a {kind!r} fault would end this process, which is not "
                                     "an aiovec worker: raising instead")

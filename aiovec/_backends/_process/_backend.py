@@ -35,6 +35,7 @@ from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
+from aiovec._backends._process._parent_worker import ParentThread
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
 from aiovec._backends._process._shared_memory import (
     BlockLayout,
@@ -64,6 +65,9 @@ _REAP_TIMEOUT = GRACE + 5.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
 # Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
+#: ``parent_worker``'s default where it is not given: "1" for on (the test suite runs its
+#: process-backend tests both ways with it).
+PARENT_WORKER_VARIABLE = "AIOVEC_PARENT_WORKER"
 #: A fork server where the platform has one (Linux), else a fresh interpreter per worker.
 DEFAULT_START_METHOD = "forkserver" if fork_server_available() else "spawn"
 
@@ -83,7 +87,7 @@ class ProcessBackend(Backend):
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, parent_worker: bool | None = None) -> None:
         super().__init__(env_fns, autoreset_mode)
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
@@ -109,6 +113,10 @@ class ProcessBackend(Backend):
         self._fork_server_lock = threading.Lock()
         self.every_env = tuple(range(self.num_envs))
         self._every_range = range(self.num_envs)
+        if parent_worker is None:
+            parent_worker = os.environ.get(PARENT_WORKER_VARIABLE, "") == "1"
+        #: The worker that is a thread of this process (``_parent_worker``), if any: the last.
+        self.parent_worker: int | None = self.num_workers - 1 if parent_worker else None
 
     # ------------------------------------------------------------------ start-up
 
@@ -149,15 +157,10 @@ class ProcessBackend(Backend):
         """Start worker ``index`` for the sub-envs ``hosted`` (blocking, briefly)."""
         assert self._lifeline is not None
         parent_end, child_end = socket.socketpair()
-        try:
-            with child_end:
-                if self._supervised:
-                    child = self._start_supervised(child_end)
-                else:
-                    child = start_child(self.start_method, child_end, self._lifeline[0])
-        except BaseException:
-            parent_end.close()
-            raise
+        if index == self.parent_worker:  # the thread serves (and closes) child_end
+            child: Child | ParentThread = ParentThread(child_end, index)
+        else:
+            child = self._start_process(child_end, parent_end)
         worker = WorkerHandle(index, hosted, child, parent_end, loop=self.loop)
         if send_init:
             try:
@@ -169,6 +172,20 @@ class ProcessBackend(Backend):
                 parent_end.close()
                 raise
         return worker
+
+    def _start_process(self, child_end: socket.socket, parent_end: socket.socket) -> Child:
+        """A worker process serving ``child_end`` (closed here once the process has it)."""
+        assert self._lifeline is not None
+        try:
+            with child_end:
+                if self._supervised:
+                    child = self._start_supervised(child_end)
+                else:
+                    child = start_child(self.start_method, child_end, self._lifeline[0])
+        except BaseException:
+            parent_end.close()
+            raise
+        return child
 
     @property
     def _supervised(self) -> bool:
@@ -352,7 +369,8 @@ class ProcessBackend(Backend):
         sequence = next(self._sequence)
         pending = ProcessPending(self, op, env_indices, sequence, arrivals)
         kind = _KIND_OF_OP[op]
-        some = op is Op.STEP and not pending.every_env
+        # First-ready steps always name their sub-envs: their infos are read one by one.
+        some = op is Op.STEP and (not pending.every_env or arrivals is not None)
         if some:
             kind = Kind.STEP_SOME
         # Every frame is built before any is sent: a payload that fails to pickle must not
@@ -541,7 +559,12 @@ class ProcessBackend(Backend):
         self._stop_fork_server_blocking()
         self._release()
 
+    def abandoned_threads(self) -> int:
+        return sum(1 for worker in self._workers if isinstance(worker.process, ParentThread)
+                   and worker.process.abandoned and worker.process.running)
+
     def describe(self) -> str:
         alive = sum(worker.alive for worker in self._workers)
-        return (f"process backend, {alive}/{self.num_workers} workers alive, "
+        parent = "" if self.parent_worker is None else " (the last a thread of this process)"
+        return (f"process backend, {alive}/{self.num_workers} workers alive{parent}, "
                 f"start method {self.start_method!r}")

@@ -102,7 +102,7 @@ class BlockLayout:
     latency_samples: _Leaf
     #: The sequence number of the last full step each worker finished, in the row of its
     #: first sub-env (``hosts``): a worker done early waits there for the others, so that
-    #: the replies reach the parent together (see ``_worker._HostedEnvs.finished``).
+    #: the replies reach the parent together (see ``_worker.HostedEnvs.finished``).
     step_marks: _Leaf | None = None
     #: The first sub-env of each worker.
     hosts: tuple[int, ...] = ()

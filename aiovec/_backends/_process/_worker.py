@@ -1,6 +1,6 @@
 """The worker process: hosts a contiguous share of the sub-envs and serves the parent's frames.
 
-The hot path is ``_HostedEnvs.step``: read each sub-env's action from shared memory, step it
+The hot path is ``HostedEnvs.step``: read each sub-env's action from shared memory, step it
 (autoreset included, in ``EnvSlot``), write its results back in place, and answer with one
 small frame, which is empty unless a sub-env has infos to report or failed.
 """
@@ -35,6 +35,7 @@ from aiovec._backends._process._shared_memory import (
 )
 from aiovec._backends._process_tree import (
     OWNER_VARIABLE,
+    NoProcessTracking,
     StartedProcesses,
     become_subreaper,
     end_tree,
@@ -42,9 +43,10 @@ from aiovec._backends._process_tree import (
 from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
+from aiovec._core._infos import PackedInfos, pack_infos
 from aiovec._core._requests import Failure, Op
 
-__all__ = ["main", "worker_main"]
+__all__ = ["HostedEnvs", "Revoked", "WriteGuard", "main", "serve", "worker_main"]
 
 #: After answering, a worker polls for the next request this long (yielding the CPU between
 #: polls) before blocking. On the 2-core CI machines a blocked process takes ~20 µs to wake,
@@ -86,23 +88,58 @@ def _exit_with_parent(lifeline: int) -> None:
     threading.Thread(target=watch, name="aiovec-lifeline", daemon=True).start()
 
 
+class Revoked(EOFError):
+    """The backend let go of this parent worker (``WriteGuard.revoke``): it must stop."""
+
+
+class WriteGuard:
+    """Lets a parent worker's thread write results into shared memory only while the backend
+    still owns it. A worker process that missed a deadline is killed; a thread cannot be, and
+    once its hung call returns it must not write over the rows its replacement now serves:
+    ``revoke`` waits for a write under way, and every later one raises ``Revoked``."""
+
+    __slots__ = ("_lock", "revoked")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.revoked = False
+
+    def revoke(self) -> None:
+        with self._lock:
+            self.revoked = True
+
+    def enter(self) -> None:
+        """Before a write (then ``exit``); raises ``Revoked`` instead once revoked."""
+        self._lock.acquire()
+        if self.revoked:
+            self._lock.release()
+            raise Revoked("the backend let go of this parent worker")
+
+    def exit(self) -> None:
+        self._lock.release()
+
+
 def _actions_come_in_frames(env_index: int) -> Any:
     raise RuntimeError("this action space is not in shared memory: actions come in the frame")
 
 
-class _HostedEnvs:
+class HostedEnvs:
     """State of one worker: its slots and, once attached, the shared-memory views."""
 
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
-                 autoreset_mode: AutoresetMode) -> None:
+                 autoreset_mode: AutoresetMode, *,
+                 started: StartedProcesses | NoProcessTracking,
+                 guard: WriteGuard | None = None) -> None:
         self.first_env = first_env
+        #: A parent worker's: results are written only while the backend still reads them.
+        self.guard = guard
         #: The sub-envs' cleanups run and failed here (reported in MAKE and CLOSE replies).
         self.cleanups = CleanupTally()
         self.slots = [EnvSlot(first_env + offset, autoreset_mode, cleanups=self.cleanups)
                       for offset in range(len(env_fns))]
         self.env_fns = env_fns
         #: What the sub-envs started: ended on close and restarts, counted until reported.
-        self.started = StartedProcesses()
+        self.started = started
         self.block: mmap.mmap | None = None
         self.views: BlockViews | None = None
         self.read_action: Callable[[int], Any] = _actions_come_in_frames
@@ -120,7 +157,7 @@ class _HostedEnvs:
         with self.started.making(offset):
             return self.slots[offset].run(Op.MAKE, self.env_fns[offset])
 
-    def attach(self, fd: int, layout: BlockLayout) -> None:
+    def attach(self, fd: int, layout: BlockLayout, *, wait_for_peers: bool = True) -> None:
         try:
             self.block = map_block(fd, layout.size)
         finally:
@@ -133,7 +170,7 @@ class _HostedEnvs:
             slot.step_timer = views.latencies.timer(slot.env_index)
         self.step_marks = views.step_marks
         # Waiting for the others only pays while each worker has a CPU of its own.
-        if len(layout.hosts) <= _usable_cpus():
+        if wait_for_peers and len(layout.hosts) <= _usable_cpus():
             self.peer_rows = tuple(row for row in layout.hosts if row != self.first_env)
 
     def finished(self, sequence: int, until: float) -> None:
@@ -182,11 +219,16 @@ class _HostedEnvs:
                 replies.append(reply)
             else:
                 obs, info, seed = reply
+                if self.guard is not None:
+                    self.guard.enter()
                 try:
                     write_row(views.observations, env_index, obs)
                 except Exception as exc:  # an observation the batch cannot hold
                     replies.append(portable(Failure.capture(env_index, Op.RESET.value, exc)))
                     continue
+                finally:
+                    if self.guard is not None:
+                        self.guard.exit()
                 replies.append((info, seed))
         return replies
 
@@ -196,7 +238,7 @@ class _HostedEnvs:
         must hear about, by env index."""
         views = self.views
         assert views is not None
-        read_action, write_obs = self.read_action, self.write_obs
+        read_action, write_obs, guard = self.read_action, self.write_obs, self.guard
         rewards, terminations, truncations = views.rewards, views.terminations, views.truncations
         extras: list[tuple[int, Any]] = []
         slots = (self.slots if env_indices is None
@@ -211,6 +253,8 @@ class _HostedEnvs:
                 extras.append((env_index, outcome))
             else:
                 obs, reward, terminated, truncated, info, final = outcome
+                if guard is not None:
+                    guard.enter()
                 try:
                     write_obs(env_index, obs)
                     rewards[env_index] = reward
@@ -220,9 +264,25 @@ class _HostedEnvs:
                     failure = Failure.capture(env_index, Op.STEP.value, exc)
                     extras.append((env_index, portable(failure)))
                     continue
+                finally:
+                    if guard is not None:
+                        guard.exit()
                 if info or final is not None:
                     extras.append((env_index, (info, final)))
         return extras
+
+    def pack(self, extras: list[tuple[int, Any]]) -> PackedInfos | None:
+        """A full step's infos merged here (``_infos.pack_infos``), when every entry is one
+        (no failure, observations in shared memory) and merging them here is exact."""
+        if not extras:
+            return None
+        first_env = self.first_env
+        entries = []
+        for env_index, entry in extras:
+            if type(entry) is not tuple or len(entry) != 2:
+                return None
+            entries.append((env_index - first_env, entry[0], entry[1]))
+        return pack_infos(entries, len(self.slots))
 
     def run_each(self, op: Op, payloads: list[Any]) -> list[Any]:
         replies = [slot.run(op, payload) for slot, payload in zip(self.slots, payloads)]
@@ -238,6 +298,7 @@ class _HostedEnvs:
             self.views = None
             self.read_action = _actions_come_in_frames
             self.write_obs = None
+            self.step_marks = None
             for slot in self.slots:
                 slot.step_timer = None
             with contextlib.suppress(BufferError):  # the process is about to exit anyway
@@ -257,10 +318,15 @@ def _reply(sequence: int, phase: str, replies: list[Any], env_indices: list[int]
         return encode(Kind.REPLY, sequence, dumps(safe))
 
 
-def _step_reply(sequence: int, extras: list[tuple[int, Any]]) -> bytes:
-    """The REPLY to a step: a bare header unless a sub-env has something to report."""
+def _step_reply(sequence: int, extras: list[tuple[int, Any]],
+                packed: PackedInfos | None = None) -> bytes:
+    """The REPLY to a step: a bare header unless a sub-env has something to report; the
+    ``packed`` infos in place of ``extras`` when they pickle."""
     if not extras:
         return HEADER.pack(Kind.REPLY, sequence, 0)
+    if packed is not None:
+        with contextlib.suppress(Exception):  # the extras tell which sub-env's info failed
+            return encode(Kind.REPLY, sequence, dumps(packed))
     try:
         return encode(Kind.REPLY, sequence, dumps(extras))
     except Exception:
@@ -268,7 +334,7 @@ def _step_reply(sequence: int, extras: list[tuple[int, Any]]) -> bytes:
         return encode(Kind.REPLY, sequence, dumps(safe))
 
 
-def _ending_reply(worker: _HostedEnvs, sequence: int, phase: str, replies: list[Any],
+def _ending_reply(worker: HostedEnvs, sequence: int, phase: str, replies: list[Any],
                   env_indices: list[int]) -> bytes:
     """The REPLY to a request that may end sub-envs (MAKE, CLOSE): the replies, then how many
     processes the sub-envs had started were ended, and cleanups run and failed, meanwhile."""
@@ -310,23 +376,44 @@ def worker_main(sock: socket.socket, lifeline: int, channel: int | None = None) 
     # Ctrl-C is the parent's to handle: it cancels, then closes or kills the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        kind, _, payload = recv_frame(sock)
-        if kind is not Kind.INIT:
-            raise RuntimeError(f"expected INIT, got {kind.name}")
-        first_env, autoreset_mode, env_fns_blob, registrations = pickle.loads(payload)
-        install_registrations(registrations)  # before the factories: they may gym.make them
-        env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
-        worker = _HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode))
-        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
-        sequence, descriptor, layout = _recv_attach(sock)
-        worker.attach(descriptor, layout)
-        sock.sendall(encode(Kind.REPLY, sequence))
-        _answer_requests(worker, sock)
+        serve(sock)
     except (EOFError, ConnectionError):  # the parent is gone: nothing left to serve
         # As the lifeline's watcher does: exiting now would cut its end_tree short.
         end_tree()
     finally:
         sock.close()
+
+
+def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
+    """Receive the sub-envs, make them, attach the shared memory, answer requests until CLOSE
+    or EOF (``EOFError``, ``ConnectionError``).
+
+    With a ``guard``, this worker is a thread of the parent process (``_parent_worker``): the
+    parent's registrations are in place already, what the sub-envs start is not this
+    worker's to end, it writes results only while the guard allows, and it never polls (a
+    polling thread would hold the parent's GIL).
+    """
+    in_parent = guard is not None
+    kind, _, payload = recv_frame(sock)
+    if kind is not Kind.INIT:
+        raise RuntimeError(f"expected INIT, got {kind.name}")
+    first_env, autoreset_mode, env_fns_blob, registrations = pickle.loads(payload)
+    if not in_parent:
+        install_registrations(registrations)  # before the factories: they may gym.make them
+    env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
+    worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode),
+                         started=NoProcessTracking() if in_parent else StartedProcesses(),
+                         guard=guard)
+    sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
+    sequence, descriptor, layout = _recv_attach(sock)
+    worker.attach(descriptor, layout, wait_for_peers=not in_parent)
+    sock.sendall(encode(Kind.REPLY, sequence))
+    try:
+        _answer_requests(worker, sock, poll=not in_parent)
+    except BaseException:
+        if in_parent:  # a worker process ends with its sub-envs; a thread closes them
+            worker.close()
+        raise
 
 
 def _usable_cpus() -> int:
@@ -364,16 +451,18 @@ def _next_request(sock: socket.socket, header: bytearray,
     return kind, sequence, recv_exact(sock, length)
 
 
-def _answer_requests(worker: _HostedEnvs, sock: socket.socket) -> None:
-    """The request loop; returns after answering CLOSE."""
+def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = True) -> None:
+    """The request loop; returns after answering CLOSE. ``poll``: after answering, poll for
+    the next request a while (``SPIN_SECONDS``) before blocking."""
     hosted = [slot.env_index for slot in worker.slots]
-    spin = SPIN_SECONDS if _POLL_FLAGS and hasattr(os, "sched_yield") else 0
+    spin = SPIN_SECONDS if poll and _POLL_FLAGS and hasattr(os, "sched_yield") else 0
     header = bytearray(_HEADER_SIZE)
     until: float | None = None
     while True:
         number, sequence, payload = _next_request(sock, header, until)
         if number == Kind.STEP:  # the hot path first
-            reply = _step_reply(sequence, worker.step(pickle.loads(payload) if payload else None))
+            extras = worker.step(pickle.loads(payload) if payload else None)
+            reply = _step_reply(sequence, extras, worker.pack(extras))
             if spin:
                 until = time.perf_counter() + spin
                 worker.finished(sequence, until)

@@ -20,11 +20,13 @@ import anyio.lowlevel
 from aiovec._backends._children import Child
 from aiovec._backends._process._protocol import HEADER, Kind, ReplyReader
 from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._infos import PackedInfos
 from aiovec._core._requests import Failure, Op
 from aiovec._exceptions import WorkerDiedError
 
 if TYPE_CHECKING:
     from aiovec._backends._process._backend import ProcessBackend
+    from aiovec._backends._process._parent_worker import ParentThread
 
 __all__ = ["ProcessPending", "WorkerHandle"]
 
@@ -40,7 +42,8 @@ class WorkerHandle:
 
     index: int
     env_indices: range
-    process: Child
+    #: A worker process, or the parent worker's thread (``_parent_worker``).
+    process: Child | ParentThread
     sock: socket.socket
     reader: ReplyReader = field(default_factory=ReplyReader)
     #: Requests sent and not yet answered, oldest first: replies come back in this order.
@@ -159,7 +162,7 @@ class WorkerHandle:
 
     def describe_death(self) -> str:
         ended = self.process.descendants_ended
-        return (f"worker process {self.index} (pid {self.process.pid}) died: "
+        return (f"{self.process.host_name(self.index)} died: "
                 f"{self.process.describe_exit()}"
                 + (f"; {ended} process{'es' * (ended != 1)} its sub-envs had started "
                    f"ended with it" if ended else ""))
@@ -254,7 +257,11 @@ class ProcessPending(Pending):
                 hosted = worker.env_indices
                 if self._backend.buffers is not None:
                     replies[hosted.start:hosted.stop] = [None] * len(hosted)
-                for env_index, entry in pickle.loads(payload) if payload else ():
+                entries = pickle.loads(payload) if payload else ()
+                if type(entries) is PackedInfos:  # the worker merged its sub-envs' infos
+                    self.packed_infos.append((hosted.start, entries))
+                    return
+                for env_index, entry in entries:
                     replies[env_index] = entry
                 return
             if self._backend.buffers is not None:
