@@ -43,9 +43,17 @@ docs: $(STAMP)
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
+# The process-backend tests of these suites run a second time with a parent worker (one share
+# of the sub-envs on a thread of the test process: aiovec's parent_worker=True), so that its
+# failures, deadlines, restarts and rollouts are checked exactly as a worker process's are.
+PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_ready.py \
+	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/faults tests/shim
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not serial"
 	$(BIN)/python -m pytest -m serial
+	AIOVEC_PARENT_WORKER=1 $(BIN)/python -m pytest $(XDIST) -k process \
+		-m "not serial and not slow and not worker_processes" $(PARENT_WORKER_TESTS)
 
 # Every test not marked slow (the slow ones still run in `make unit`): 4 minutes or less.
 quick: $(STAMP)

@@ -117,6 +117,7 @@ TREE_STEPS = 5_000
 TREE_HELPERS = ("child", "double_fork")
 
 
+@pytest.mark.worker_processes
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_chaos_run_with_helper_processes(anyio_backend: str, tmp_path: object,

@@ -61,6 +61,7 @@ async def test_close_after_every_worker_crashed(ledger: FaultLedger, no_leaks: N
     assert envs.closed and "0/2 workers alive" in repr(envs)
 
 
+@pytest.mark.worker_processes
 def test_unclosed_process_env_is_torn_down_by_del() -> None:
     leaked: list[aiovec.AsyncVectorEnv] = []
     pids: list[int] = []

@@ -218,6 +218,7 @@ def test_custom_worker_is_refused() -> None:
         aiovec.VectorEnv([CountingEnv], worker=lambda *args: None)  # type: ignore[arg-type]
 
 
+@pytest.mark.worker_processes
 def test_ctrl_c_with_process_workers_reaps_them_quietly(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], ctrl_c: None
 ) -> None:
