@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # Reinstall whenever the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick clean
+.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick bench-real clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,13 @@ $(BENCH_STAMP): $(STAMP)
 # nothing; the figures of a busy CI machine are not quoted anywhere (~30 s, no EnvPool).
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py --quick --output build/bench-quick
+	$(BIN)/python benchmarks/real_envs.py --quick --cells halfcheetah-8 --sections cells \
+		--output build/bench-quick/real_envs.md
+
+# The real workloads alone (Atari Pong, MuJoCo HalfCheetah, CartPole; ~15 min): make bench
+# runs them too, as run.py's first companion.
+bench-real: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/real_envs.py $(BENCH_ARGS)
 
 # make bench [BENCH_ARGS="--quick" or "--repeats 5"]: see benchmarks/README.md
 bench: $(BENCH_STAMP)

@@ -57,6 +57,8 @@ class CompanionRun:
 
 
 COMPANIONS = (
+    Companion("real_envs.py", "Real workloads: Atari Pong, MuJoCo HalfCheetah, CartPole "
+              "against the 2-core limit", writes="{output}/real_envs.md", timeout=2400.0),
     Companion("statistics_cost.py", "Statistics: their cost per sub-env step",
               ("--repeats", "5")),
     Companion("async_native.py", "Coroutine envs against a bare gather (section 5)",

@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
 #: value is better (throughput ratio) or worse (time ratio).
-RATIO_COLUMNS = {"vs SyncVectorEnv": True, "time vs SyncVectorEnv": False,
+RATIO_COLUMNS = {"vs SyncVectorEnv": True, "% of limit": True, "time vs SyncVectorEnv": False,
                  "time vs bare gather": False, "CPU time vs bare gather": False}
 
 Row = tuple[str, str]  # (section, row label)
@@ -75,7 +75,7 @@ def ratios(report: str) -> dict[Row, tuple[float, bool]]:
         for column, higher_is_better in RATIO_COLUMNS.items():
             if column not in header:
                 continue
-            match = re.fullmatch(r"([\d.]+)x", cells[header.index(column)])
+            match = re.fullmatch(r"([\d.]+)(?:x|%)", cells[header.index(column)])
             if match is None:
                 continue
             label = cells[0] if "num_envs" not in header else (

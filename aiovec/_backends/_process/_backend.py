@@ -232,9 +232,12 @@ class ProcessBackend(Backend):
             self.loop.add_reader(worker.sock.fileno(), worker.receive)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        # Worker processes done early wait for each other, not for a parent worker: the
+        # parent is awake anyway while its own thread steps (waiting for it only spins).
         layout = BlockLayout.plan(spaces.single_observation_space,
                                   spaces.single_action_space, self.num_envs,
-                                  tuple(worker.env_indices.start for worker in self._workers))
+                                  tuple(worker.env_indices.start for worker in self._workers
+                                        if worker.index != self.parent_worker))
         self._block_fd = open_block(layout.size)
         self._block = map_block(self._block_fd, layout.size)
         views = layout.views(self._block)
