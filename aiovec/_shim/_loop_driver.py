@@ -6,9 +6,11 @@ call's coroutine is done: no thread hop each way, which had cost more than the s
 stands still; the sub-envs' hosts (threads, worker processes, actors) keep working, and what
 they hand back waits in the loop's queue or in a socket until the next call runs it.
 
-A thread that runs an event loop already (a notebook cell, an async web handler, trio) cannot
-run another one: its calls go to a helper thread, started on first need, that runs the loop
-meanwhile. Calls from several threads run one at a time. Ctrl-C during a call cancels its
+A thread that runs an event loop already (a notebook cell, an async web handler, trio) is
+blocked in the sync call all the same: the call *borrows* it. The outer loop's marks (asyncio's
+running loop, sniffio's library name) are set aside while the shim's loop runs, and put back
+before the call returns; the outer loop runs none of its callbacks meanwhile, as with any
+blocking call. Calls from several threads run one at a time. Ctrl-C during a call cancels its
 coroutine, lets it unwind (bounded), then raises ``KeyboardInterrupt``.
 """
 
@@ -16,15 +18,13 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # no stubs: see _CtrlC
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
-import queue
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -105,43 +105,19 @@ _SIGINT = int(signal.SIGINT)
 _DEFAULT_HANDLER = signal.default_int_handler
 
 
-class _Helper:
-    """A thread that drives the loop for callers whose own thread runs an event loop."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name="aiovec-loop", daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            job()
-
-    def run(self, drive: Callable[[], T], cancel: Callable[[], None]) -> T:
-        """``drive()`` on the helper thread; if the waiting caller is interrupted, ``cancel()``
-        and give the call a bounded time to unwind before the interrupt propagates."""
-        outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def job() -> None:
-            try:
-                outcome.set_result(drive())
-            except BaseException as error:  # handed to the caller
-                outcome.set_exception(error)
-
-        self._jobs.put(job)
-        try:
-            return outcome.result()
-        except BaseException:
-            if not outcome.done():
-                cancel()
-                with contextlib.suppress(BaseException):
-                    outcome.result(timeout=_UNWIND_TIMEOUT)
-            raise
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+@contextlib.contextmanager
+def _outer_loop_set_aside() -> Iterator[None]:
+    """While the shim's loop runs in a thread whose own loop is blocked in the sync call:
+    asyncio must see no running loop, and sniffio no library ("trio" is set per thread)."""
+    outer_loop = asyncio._get_running_loop()
+    outer_library = sniffio.thread_local.name
+    asyncio._set_running_loop(None)
+    sniffio.thread_local.name = None
+    try:
+        yield
+    finally:
+        asyncio._set_running_loop(outer_loop)
+        sniffio.thread_local.name = outer_library
 
 
 class LoopDriver:
@@ -156,7 +132,6 @@ class LoopDriver:
             end.setblocking(False)
         self._loop.add_reader(self._wakeup_reader.fileno(), self._drain_wakeups)
         self._driving = threading.Lock()  # held by whichever thread runs the loop
-        self._helper: _Helper | None = None
         self._task: asyncio.Task[Any] | None = None
         self._closed = False
 
@@ -175,10 +150,8 @@ class LoopDriver:
                 raise RuntimeError("the vector env's event loop is closed")
             if not _event_loop_running_here():
                 return self._drive(async_fn, args, kwargs)
-            if self._helper is None:
-                self._helper = _Helper()
-            return self._helper.run(lambda: self._drive(async_fn, args, kwargs),
-                                    self._cancel_from_elsewhere)
+            with _outer_loop_set_aside():
+                return self._drive(async_fn, args, kwargs)
 
     def _drive(self, async_fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> T:
@@ -244,29 +217,15 @@ class LoopDriver:
         finally:
             expiry.cancel()
 
-    def _cancel_from_elsewhere(self) -> None:
-        """Cancel the call the helper thread is driving (its caller was interrupted)."""
-        task = self._task
-        if task is not None:
-            with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to cancel
-                self._loop.call_soon_threadsafe(task.cancel)
-
     def stop(self) -> None:
-        """Cancel what is left on the loop, close it and stop the helper thread. Idempotent."""
+        """Cancel what is left on the loop and close it. Idempotent."""
         with self._driving:
             if self._closed:
                 return
             self._closed = True
-            try:
-                if _event_loop_running_here():
-                    if self._helper is None:
-                        self._helper = _Helper()
-                    self._helper.run(self._finish, lambda: None)
-                else:
-                    self._finish()
-            finally:
-                if self._helper is not None:
-                    self._helper.stop()
+            borrowed = _event_loop_running_here()
+            with _outer_loop_set_aside() if borrowed else contextlib.nullcontext():
+                self._finish()
 
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once empty

@@ -1,7 +1,7 @@
 """``SyncFace``: what both sync shims share, whatever the async vector env they drive.
 
 It starts the async env on a private event loop (``_loop_driver``: run in the caller's own
-thread during each call, or on a helper thread for callers inside an event loop), runs each
+thread during each call, borrowed from an outer event loop where one runs there), runs each
 call there, keeps Gymnasium's call-ordering rules (a ``*_async`` call must be collected by its
 ``*_wait`` before anything else; nothing runs once closed) and closes on the loop.
 ``VectorEnv`` and ``ParallelVectorEnv`` add their constructor, spaces, ``reset`` and ``step``.

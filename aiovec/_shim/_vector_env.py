@@ -2,9 +2,9 @@
 
 It is a drop-in for ``gymnasium.vector.AsyncVectorEnv``: the same constructor, the same
 ``*_async``/``*_wait`` pairs and error types, plus aiovec's ``backend`` and ``timeout``.
-The async core runs on a private event loop, in the caller's thread during each call; from
-code whose own thread already runs an event loop (notebooks, async web handlers) it runs on a
-helper thread instead.
+The async core runs on a private event loop, in the caller's thread during each call, even
+where that thread runs an event loop already (notebooks, async web handlers: the call borrows
+the blocked thread).
 """
 
 from __future__ import annotations

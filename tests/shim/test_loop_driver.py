@@ -1,5 +1,5 @@
 """Where the sync shims' event loop runs: in the caller's own thread during each call (no
-thread hop), on a helper thread only for callers inside an event loop; calls from several
+thread hop), borrowed from an outer event loop where one runs there; calls from several
 threads one at a time; Ctrl-C handling that leaves a program's own SIGINT handler be."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import sniffio
 import trio
+import trio.lowlevel
 
 import aiovec
 from aiovec._shim._loop_driver import LoopDriver
@@ -40,26 +42,36 @@ def test_a_script_runs_the_loop_in_its_own_thread() -> None:
     assert gated.closed
 
 
-def test_a_caller_inside_an_event_loop_gets_a_helper_thread() -> None:
-    """No thread may run two event loops: from asyncio or trio code the shim's loop runs on a
-    helper thread, which is gone once the shim is closed."""
+def test_a_caller_inside_an_event_loop_lends_its_thread() -> None:
+    """From asyncio, uvloop or trio code (a notebook cell, an async handler) the call blocks
+    the caller's loop anyway: the shim's loop runs in that thread meanwhile (no thread hop),
+    and the outer loop finds itself as it was: running, its library known, its tasks going."""
+    import uvloop
+
     gated = GatedEnv(gated=False)
 
     async def handler() -> set[int]:
+        library = sniffio.current_async_library()
         shim = aiovec.VectorEnv([lambda: gated], backend="inline")
         try:
             shim.reset()
             shim.step(np.ones(1, np.int64))
-            assert len(loop_threads()) == 1
-            return gated.thread_ids - {threading.get_ident()}
         finally:
             shim.close()
-
-    for run in (lambda: asyncio.run(handler()), lambda: trio.run(handler)):
-        gated.thread_ids.clear()
-        elsewhere = run()
-        assert len(elsewhere) == 1 and threading.get_ident() not in elsewhere
+        assert sniffio.current_async_library() == library  # the outer loop's marks are back
+        if library == "asyncio":
+            assert asyncio.get_running_loop() is not None
+            await asyncio.sleep(0)
+        else:
+            await trio.lowlevel.checkpoint()
         assert loop_threads() == []
+        return gated.thread_ids
+
+    runs = (lambda: asyncio.run(handler()), lambda: uvloop.run(handler()),
+            lambda: trio.run(handler))
+    for run in runs:
+        gated.thread_ids.clear()
+        assert run() == {threading.get_ident()}
 
 
 def test_a_shim_made_in_a_script_can_be_stepped_from_async_code_and_back() -> None:
