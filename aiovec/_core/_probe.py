@@ -24,9 +24,12 @@ __all__ = ["PROBE_TIMEOUT", "Workload", "measure_workload"]
 
 #: Most steps the probe takes, and the stepping time after which it stops early (seconds;
 #: it takes at least ``_MIN_STEPS`` whatever they cost).
-PROBE_STEPS = 24
-PROBE_SECONDS = 0.2
+PROBE_STEPS = 64
+PROBE_SECONDS = 0.3
 _MIN_STEPS = 3
+#: The first steps only warm up (caches, a worker's first wake-ups): not counted where more
+#: were taken. Counted, they made cheap envs' steps look 1.5-3x their steady cost.
+_WARMUP_STEPS = 8
 #: Seconds the whole probe may take, the factory and the first reset included; past this,
 #: "auto" gives up measuring and keeps its rule of thumb.
 PROBE_TIMEOUT = 10.0
@@ -119,6 +122,9 @@ async def measure_workload(env_fn: Callable[[], Any], *,
                 await envs.step(actions)
                 round_trips.append(time.perf_counter() - started)
             (readings,) = await envs.call("probe_readings")
+    if len(round_trips) > 2 * _WARMUP_STEPS:
+        round_trips = round_trips[_WARMUP_STEPS:]
+        readings = readings[_WARMUP_STEPS:]
     if not readings:  # every step was an autoreset: time the round trips only
         readings = [(0.0, 0.0, 0.0)]
     step_seconds = statistics.median(wall for wall, _, _ in readings)
