@@ -401,3 +401,28 @@ async def test_closing_when_every_worker_is_dead_is_prompt(no_leaks: None) -> No
             await envs.step(np.zeros(2, np.int64))
     with anyio.fail_after(20):
         await envs.aclose()
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+async def test_infos_merged_by_the_workers_equal_the_inline_backend(
+        anyio_backend: Any, no_leaks: None, mode: str) -> None:
+    """With 16 sub-envs per worker (``_worker.PACK_FROM``) each worker merges its sub-envs'
+    infos and the parent splices them: the same rollout as the inline backend, bit for bit,
+    infos (keys some sub-envs set and others not, final_info) included."""
+    from aiovec._backends._process._worker import PACK_FROM
+    from aiovec.testing import EpisodeEnv
+    from tests.helpers import assert_identical
+
+    num_envs = 2 * PACK_FROM
+    records = []
+    for options in ({"backend": "inline"}, {"backend": "process", "num_workers": 2}):
+        async with aiovec.AsyncVectorEnv([functools.partial(EpisodeEnv, "box")] * num_envs,
+                                         autoreset_mode=mode, **options) as envs:
+            envs.action_space.seed(5)
+            record: list[Any] = [await envs.reset(seed=11)]
+            for _ in range(40):
+                record.append(await envs.step(envs.action_space.sample()))
+            records.append(record)
+    assert any("final_info" in step[4] for step in records[0][1:]) or mode == "NextStep"
+    assert any("_label" in step[4] and not step[4]["_label"].all() for step in records[0][1:])
+    assert_identical(records[1], records[0])
