@@ -82,6 +82,7 @@ class AsyncParallelVectorEnv:
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
+        parent_worker: bool | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
     ) -> None:
@@ -105,8 +106,8 @@ class AsyncParallelVectorEnv:
             [functools.partial(PackedParallelEnv, env_fn) for env_fn in env_fns],
             backend=backend, autoreset_mode=mode, copy=copy, timeout=timeout,
             close_timeout=close_timeout, restart=restart, max_concurrency=max_concurrency,
-            num_workers=num_workers, start_method=start_method, address=address,
-            actor_options=actor_options,
+            num_workers=num_workers, start_method=start_method, parent_worker=parent_worker,
+            address=address, actor_options=actor_options,
         )
         self.num_envs: int = self._env.num_envs
         self.autoreset_mode = mode

@@ -51,6 +51,7 @@ class ParallelVectorEnv(SyncFace[Mapping[AgentID, Any], MultiAgentStepResult,
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         start_method: str | None = None,
+        parent_worker: bool | None = None,
         address: str | None = None,
         actor_options: ActorOptions | None = None,
     ) -> None:
@@ -58,7 +59,8 @@ class ParallelVectorEnv(SyncFace[Mapping[AgentID, Any], MultiAgentStepResult,
             env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
             timeout=timeout, close_timeout=close_timeout, restart=restart,
             max_concurrency=max_concurrency, num_workers=num_workers,
-            start_method=start_method, address=address, actor_options=actor_options)
+            start_method=start_method, parent_worker=parent_worker, address=address,
+            actor_options=actor_options)
         self.num_envs = env.num_envs
         super().__init__(env)
         self.possible_agents = env.possible_agents
