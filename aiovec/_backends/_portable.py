@@ -27,7 +27,7 @@ def portable(failure: Failure) -> Failure:
     The exception lets go of its frames (their text is in ``failure.traceback``): a frame's
     locals may hold views of shared memory, which could then not be unmapped.
     """
-    _drop_frames(failure.exception)
+    drop_frames(failure.exception)
     try:
         pickle.loads(_dumps(failure.exception))
     except Exception as error:
@@ -53,10 +53,16 @@ def picklable(phase: str, env_index: int, reply: Any) -> Any:
     return reply
 
 
-def _drop_frames(exception: BaseException | None) -> None:
-    """Detach the tracebacks of ``exception`` and of the exceptions chained to it."""
+def drop_frames(exception: BaseException | None) -> None:
+    """Detach the tracebacks of ``exception`` and of every exception chained or grouped
+    with it."""
     seen: set[int] = set()
-    while exception is not None and id(exception) not in seen:
-        seen.add(id(exception))
-        exception.__traceback__ = None
-        exception = exception.__cause__ or exception.__context__
+    stack = [exception]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        stack += [current.__cause__, current.__context__,
+                  *getattr(current, "exceptions", ())]

@@ -129,9 +129,11 @@ def _splice(batched: dict[str, Any], infos: dict[str, Any], kinds: dict[str, Any
             continue
         rows = slice(first_row, first_row + len(column))
         target = batched.get(key)
-        if target is None:
+        if target is None:  # as ``_empty_column`` makes it for the run's first value
+            arrays = isinstance(kind, tuple) and key != "final_obs"  # an object column always
             target = batched[key] = (
-                np.full(num_envs, fill_value=None, dtype=object) if column.dtype == object
+                np.full(num_envs, fill_value=None, dtype=object)
+                if column.dtype == object and not arrays
                 else np.zeros((num_envs, *column.shape[1:]), dtype=column.dtype))
         if target.dtype == column.dtype and target.shape[1:] == column.shape[1:]:
             target[rows] = column  # what setting each row would give, at once

@@ -110,7 +110,7 @@ async def measure_workload(env_fn: Callable[[], Any], *,
 
     with anyio.fail_after(timeout):
         async with AsyncVectorEnv([functools.partial(_timed, env_fn)], backend="process",
-                                  num_workers=1) as envs:
+                                  num_workers=1, parent_worker=False) as envs:
             observations, _ = await envs.reset(seed=0)
             envs.action_space.seed(0)
             round_trips: list[float] = []
@@ -122,8 +122,10 @@ async def measure_workload(env_fn: Callable[[], Any], *,
                 await envs.step(actions)
                 round_trips.append(time.perf_counter() - started)
             (readings,) = await envs.call("probe_readings")
+    # Readings skip autoreset steps: each list sheds its warm-up only when long enough.
     if len(round_trips) > 2 * _WARMUP_STEPS:
         round_trips = round_trips[_WARMUP_STEPS:]
+    if len(readings) > 2 * _WARMUP_STEPS:
         readings = readings[_WARMUP_STEPS:]
     if not readings:  # every step was an autoreset: time the round trips only
         readings = [(0.0, 0.0, 0.0)]

@@ -105,19 +105,33 @@ _SIGINT = int(signal.SIGINT)
 _DEFAULT_HANDLER = signal.default_int_handler
 
 
+#: Swaps the task asyncio counts as running on a loop (Python 3.12+; 3.14 keeps it per
+#: thread and refuses to run a task while another one runs in the thread).
+_swap_current_task = getattr(asyncio.tasks, "_swap_current_task", None)
+
+
 @contextlib.contextmanager
 def _outer_loop_set_aside() -> Iterator[None]:
     """While the shim's loop runs in a thread whose own loop is blocked in the sync call:
-    asyncio must see no running loop, and sniffio no library ("trio" is set per thread)."""
+    asyncio must see no running loop nor task, and sniffio no library ("trio" is set per
+    thread). Everything is put back, whatever ends the call."""
     outer_loop = asyncio._get_running_loop()
     outer_library = sniffio.thread_local.name
-    asyncio._set_running_loop(None)
-    sniffio.thread_local.name = None
+    swap = _swap_current_task if outer_loop is not None else None
+    outer_task = None
+    swapped = False
     try:
+        if swap is not None:
+            outer_task = swap(outer_loop, None)  # while it is still the running loop
+            swapped = True
+        asyncio._set_running_loop(None)
+        sniffio.thread_local.name = None
         yield
     finally:
         asyncio._set_running_loop(outer_loop)
         sniffio.thread_local.name = outer_library
+        if swap is not None and swapped:
+            swap(outer_loop, outer_task)
 
 
 class LoopDriver:

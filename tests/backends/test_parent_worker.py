@@ -129,6 +129,7 @@ async def test_a_hung_sub_env_is_abandoned_at_the_deadline_and_remade(
         old = [thread for thread in threading.enumerate()
                if thread.name == "aiovec-parent-worker-1"]
         obs, _ = await envs.reset(seed=5)
+        assert envs.statistics().abandoned_threads == 1  # remade: the old thread still runs
         fresh = obs.copy()
         assert fresh[:, 0].tolist() == [0, 0, 0, 0]
         assert ledger.count(3, "new") == 2  # remade
@@ -230,6 +231,12 @@ def test_ctrl_c_in_the_shim_during_a_parent_share_step(ctrl_c: None,
     finally:
         shim.close()
         release_hangs()  # the abandoned thread ends once its hung call returns
+
+
+def test_parent_worker_refuses_the_fork_start_method() -> None:
+    with pytest.raises(ValueError, match="does not go with start_method='fork'"):
+        aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process", start_method="fork",
+                              parent_worker=True)
 
 
 def test_parent_worker_is_a_process_backend_option() -> None:

@@ -54,6 +54,8 @@ _FAMILIES: dict[str, list[Any]] = {
     "d": ["text", None, (1, 2), [3]],
     # None makes an object column, or a NaN in a float one: which depends on who came first.
     "e": [None, 2.5, np.float64(1.5)],
+    # Arrays of objects: a column of rows (zeros where unset), not one of arrays.
+    "f": [np.array(["a", "b"], dtype=object)],
     "x": [1, 2.5, np.float32(0.5)],
 }
 
@@ -67,7 +69,7 @@ def _random_info(rng: np.random.Generator, uniform: dict[str, Any] | None) -> di
     """An info dict over a few keys; with ``uniform``, each key always takes one value (as
     real envs' infos do), else any value of its family."""
     info: dict[str, Any] = {}
-    for key in ("a", "b", "c", "d", "e"):
+    for key in ("a", "b", "c", "d", "e", "f"):
         if rng.random() < 0.6:
             info[key] = uniform[key] if uniform is not None else _draw(rng, key)
     if rng.random() < 0.3:

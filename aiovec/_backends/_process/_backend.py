@@ -113,10 +113,16 @@ class ProcessBackend(Backend):
         self._fork_server_lock = threading.Lock()
         self.every_env = tuple(range(self.num_envs))
         self._every_range = range(self.num_envs)
+        if parent_worker and self.start_method == "fork":
+            raise ValueError("parent_worker=True does not go with start_method='fork': "
+                             "restarts would fork the parent while its worker thread runs")
         if parent_worker is None:
-            parent_worker = os.environ.get(PARENT_WORKER_VARIABLE, "") == "1"
+            parent_worker = (os.environ.get(PARENT_WORKER_VARIABLE, "") == "1"
+                             and self.start_method != "fork")
         #: The worker that is a thread of this process (``_parent_worker``), if any: the last.
         self.parent_worker: int | None = self.num_workers - 1 if parent_worker else None
+        #: Every parent worker thread started, until it ends (abandoned ones included).
+        self._parent_threads: list[ParentThread] = []
 
     # ------------------------------------------------------------------ start-up
 
@@ -158,7 +164,14 @@ class ProcessBackend(Backend):
         assert self._lifeline is not None
         parent_end, child_end = socket.socketpair()
         if index == self.parent_worker:  # the thread serves (and closes) child_end
-            child: Child | ParentThread = ParentThread(child_end, index)
+            try:
+                thread = ParentThread(child_end, index)
+            except BaseException:
+                parent_end.close()
+                child_end.close()
+                raise
+            self._parent_threads.append(thread)
+            child: Child | ParentThread = thread
         else:
             child = self._start_process(child_end, parent_end)
         worker = WorkerHandle(index, hosted, child, parent_end, loop=self.loop)
@@ -329,7 +342,8 @@ class ProcessBackend(Backend):
                 raise ClosedError("the vector env was closed during a restart")
         except Exception as error:
             failures += [Failure(env_index, "make", error,
-                                 f"worker process {old.index} could not be restarted: {error!r}",
+                                 f"{old.process.host_name(old.index)} could not be restarted: "
+                                 f"{error!r}",
                                  "") for env_index in old.env_indices]
             return
         self._workers[old.index] = worker
@@ -563,8 +577,8 @@ class ProcessBackend(Backend):
         self._release()
 
     def abandoned_threads(self) -> int:
-        return sum(1 for worker in self._workers if isinstance(worker.process, ParentThread)
-                   and worker.process.abandoned and worker.process.running)
+        self._parent_threads = [thread for thread in self._parent_threads if thread.running]
+        return sum(thread.abandoned for thread in self._parent_threads)
 
     def describe(self) -> str:
         alive = sum(worker.alive for worker in self._workers)

@@ -25,6 +25,7 @@ import threading
 import anyio
 import anyio.to_thread
 
+from aiovec._backends._portable import drop_frames
 from aiovec._backends._process._worker import WriteGuard, serve
 
 __all__ = ["ParentThread", "on_parent_worker"]
@@ -70,8 +71,9 @@ class ParentThread:
         except (EOFError, ConnectionError):  # the backend let go of this worker
             pass
         except BaseException as error:  # reported as the worker's death (EOF)
-            # Without its traceback: the frames would pin the shared memory's views.
-            self.error = error.with_traceback(None)
+            # Without tracebacks: their frames would pin the shared memory's views.
+            drop_frames(error)
+            self.error = error
         finally:
             sock.close()
             self._ended.set()

@@ -290,7 +290,10 @@ class HostedEnvs:
             if type(entry) is not tuple or len(entry) != 2:
                 return None
             entries.append((env_index - first_env, entry[0], entry[1]))
-        return pack_infos(entries, len(self.slots))
+        try:
+            return pack_infos(entries, len(self.slots))
+        except Exception:  # what cannot be merged here is the parent's to merge (or refuse)
+            return None
 
     def run_each(self, op: Op, payloads: list[Any]) -> list[Any]:
         replies = [slot.run(op, payload) for slot, payload in zip(self.slots, payloads)]
@@ -412,11 +415,11 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode),
                          started=NoProcessTracking() if in_parent else StartedProcesses(),
                          guard=guard)
-    sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
-    sequence, descriptor, layout = _recv_attach(sock)
-    worker.attach(descriptor, layout, wait_for_peers=not in_parent)
-    sock.sendall(encode(Kind.REPLY, sequence))
     try:
+        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
+        sequence, descriptor, layout = _recv_attach(sock)
+        worker.attach(descriptor, layout, wait_for_peers=not in_parent)
+        sock.sendall(encode(Kind.REPLY, sequence))
         _answer_requests(worker, sock, poll=not in_parent)
     except BaseException:
         if in_parent:  # a worker process ends with its sub-envs; a thread closes them
