@@ -114,7 +114,7 @@ class Pending(abc.ABC):
         self.quiet = False
         #: Step infos merged by the host of a run of sub-envs, ``(first sub-env, infos)``:
         #: those sub-envs' replies are ``None`` (``_infos.splice_infos``).
-        self.packed_infos: list[tuple[int, PackedInfos]] = []
+        self.packed_infos: tuple[tuple[int, PackedInfos], ...] = ()  # no list per step
 
     @abc.abstractmethod
     async def wait(self) -> None:

@@ -109,7 +109,7 @@ class BatchResults:
         n = self.num_envs
         infos: dict[str, Any] = {}
         if self.in_place:  # results are in place; a reply is None or (info, final)
-            runs = dict(packed)
+            runs = dict(packed) if packed else None
             for env_index, reply in enumerate(replies):
                 if runs and env_index in runs:
                     splice_infos(infos, runs.pop(env_index), env_index, n)

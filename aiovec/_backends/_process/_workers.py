@@ -259,7 +259,7 @@ class ProcessPending(Pending):
                     replies[hosted.start:hosted.stop] = [None] * len(hosted)
                 entries = pickle.loads(payload) if payload else ()
                 if type(entries) is PackedInfos:  # the worker merged its sub-envs' infos
-                    self.packed_infos.append((hosted.start, entries))
+                    self.packed_infos += ((hosted.start, entries),)
                     return
                 for env_index, entry in entries:
                     replies[env_index] = entry
