@@ -129,6 +129,11 @@ def _splice(batched: dict[str, Any], infos: dict[str, Any], kinds: dict[str, Any
             continue
         rows = slice(first_row, first_row + len(column))
         target = batched.get(key)
+        if target is None and len(column) == num_envs:
+            # The run is the whole batch, and the column its own (packed infos are spliced
+            # once): it is the column the lines below would make and fill.
+            batched[key] = column
+            continue
         if target is None:  # as ``_empty_column`` makes it for the run's first value
             arrays = isinstance(kind, tuple) and key != "final_obs"  # an object column always
             target = batched[key] = (

@@ -35,6 +35,7 @@ from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
+from aiovec._backends._process._info_records import RecordReader
 from aiovec._backends._process._parent_worker import ParentThread
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
 from aiovec._backends._process._shared_memory import (
@@ -100,6 +101,8 @@ class ProcessBackend(Backend):
                              f"choose one of {', '.join(START_METHODS)}")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.buffers: BatchBuffers | None = None
+        #: Reads the step infos the workers write into the block's records.
+        self.records = RecordReader()
         self._workers: list[WorkerHandle] = []
         self._sequence = itertools.count(1)
         self._block: Any = None
@@ -262,6 +265,8 @@ class ProcessBackend(Backend):
             raise WorkerDiedError(failures[0].description,
                                   [failure.env_index for failure in failures], None)
         self.latencies = views.latencies
+        if views.info_records is not None:
+            self.records.attach(views.info_records)
         self._action_views = views.actions
         self.takes_action_batches = views.actions is not None
         if views.observations is None:  # results travel pickled: the core batches them
@@ -546,6 +551,7 @@ class ProcessBackend(Backend):
             worker.sock.close()
             worker.process.close()
         self.buffers = None
+        self.records.release()
         self._action_views = None
         if self.latencies is not None:
             self.latencies.release()

@@ -34,6 +34,7 @@ class Kind(enum.IntEnum):
     REPLY = 8
     MAKE = 9  # make some hosted sub-envs afresh (a restart); payload: their env indices
     STEP_SOME = 10  # step some hosted sub-envs (first-ready); payload: their indices, actions
+    RECORDED = 11  # worker → parent: the REPLY to a full step whose infos are in the records
 
 
 def encode(kind: Kind, sequence: int, payload: bytes = b"") -> bytes:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from aiovec._backends._process._info_records import RECORD_BYTES
 from aiovec._core._observations import read_row
 from aiovec._core._statistics import RING_SIZE, LatencyLog
 
@@ -106,6 +107,8 @@ class BlockLayout:
     step_marks: _Leaf | None = None
     #: The first sub-env of each worker.
     hosts: tuple[int, ...] = ()
+    #: A record of step infos per sub-env, as bytes (``_info_records``).
+    info_records: _Leaf | None = None
 
     @classmethod
     def plan(cls, observation_space: spaces.Space[Any], action_space: spaces.Space[Any],
@@ -121,8 +124,10 @@ class BlockLayout:
                           np.dtype(np.float64).str)
         latency_samples = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
         step_marks = _Leaf(allocator.take(8 * num_envs), (num_envs,), np.dtype(np.int64).str)
+        info_records = _Leaf(allocator.take(RECORD_BYTES * num_envs), (num_envs, RECORD_BYTES),
+                             np.dtype(np.uint8).str)
         return cls(max(allocator.size, 1), observations, actions, rewards, terminations,
-                   truncations, latencies, latency_samples, step_marks, hosts)
+                   truncations, latencies, latency_samples, step_marks, hosts, info_records)
 
     def views(self, block: mmap.mmap) -> BlockViews:
         """Numpy views of every region of a mapped block."""
@@ -136,6 +141,8 @@ class BlockLayout:
             latencies=LatencyLog(_views(self.latencies, buffer),
                                  _views(self.latency_samples, buffer)),
             step_marks=None if self.step_marks is None else _views(self.step_marks, buffer),
+            info_records=(None if self.info_records is None
+                          else _views(self.info_records, buffer)),
         )
 
 
@@ -150,6 +157,7 @@ class BlockViews:
     truncations: np.ndarray[Any, np.dtype[np.bool_]]
     latencies: LatencyLog
     step_marks: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    info_records: np.ndarray[Any, np.dtype[np.uint8]] | None = None
 
 
 def open_block(size: int) -> int:

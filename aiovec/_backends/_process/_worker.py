@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
+from aiovec._backends._process._info_records import InfoRecorder
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._process._shared_memory import (
     BlockLayout,
@@ -154,6 +155,8 @@ class HostedEnvs:
         #: Where workers mark the full steps they finished, and the other workers' rows.
         self.step_marks: Any = None
         self.peer_rows: tuple[int, ...] = ()
+        #: Writes full steps' infos into the block's records (``_info_records``).
+        self.recorder: InfoRecorder | None = None
 
     def make(self) -> list[Any]:
         replies = [self._make(offset) for offset in range(len(self.slots))]
@@ -176,6 +179,9 @@ class HostedEnvs:
         for slot in self.slots:
             slot.step_timer = views.latencies.timer(slot.env_index)
         self.step_marks = views.step_marks
+        if views.info_records is not None and self.write_obs is not None:
+            self.recorder = InfoRecorder(
+                views.info_records[self.first_env:self.first_env + len(self.slots)])
         # Waiting for the others only pays while each worker has a CPU of its own.
         if wait_for_peers and len(layout.hosts) <= _usable_cpus():
             self.peer_rows = tuple(row for row in layout.hosts if row != self.first_env)
@@ -278,6 +284,28 @@ class HostedEnvs:
                     extras.append((env_index, (info, final)))
         return extras
 
+    def step_reply(self, sequence: int, extras: list[tuple[int, Any]]) -> bytes:
+        """The REPLY to a full step: a bare header when nothing is to report, a bare
+        ``RECORDED`` when the infos went into the records (their schema, the first time), else
+        the infos pickled (packed, if ``pack`` can)."""
+        if extras and self.recorder is not None and self._record(extras):
+            if self.recorder.announced:
+                return HEADER.pack(Kind.RECORDED, sequence, 0)
+            self.recorder.announced = True
+            return encode(Kind.REPLY, sequence, dumps(self.recorder.schema))
+        return _step_reply(sequence, extras, self.pack(extras))
+
+    def _record(self, extras: list[tuple[int, Any]]) -> bool:
+        recorder, guard = self.recorder, self.guard
+        assert recorder is not None
+        if guard is None:
+            return recorder.record(extras)
+        guard.enter()
+        try:
+            return recorder.record(extras)
+        finally:
+            guard.exit()
+
     def pack(self, extras: list[tuple[int, Any]]) -> PackedInfos | None:
         """A full step's infos merged here (``_infos.pack_infos``), when this worker hosts
         ``PACK_FROM`` sub-envs or more, every entry is one (no failure, observations in shared
@@ -310,6 +338,7 @@ class HostedEnvs:
             self.read_action = _actions_come_in_frames
             self.write_obs = None
             self.step_marks = None
+            self.recorder = None
             for slot in self.slots:
                 slot.step_timer = None
             with contextlib.suppress(BufferError):  # the process is about to exit anyway
@@ -473,7 +502,7 @@ def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = Tr
         number, sequence, payload = _next_request(sock, header, until)
         if number == Kind.STEP:  # the hot path first
             extras = worker.step(pickle.loads(payload) if payload else None)
-            reply = _step_reply(sequence, extras, worker.pack(extras))
+            reply = worker.step_reply(sequence, extras)
             if spin:
                 until = time.perf_counter() + spin
                 worker.finished(sequence, until)

@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from aiovec._backends._children import Child
+from aiovec._backends._process._info_records import RecordSchema
 from aiovec._backends._process._protocol import HEADER, Kind, ReplyReader
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._infos import PackedInfos
@@ -33,6 +34,7 @@ __all__ = ["ProcessPending", "WorkerHandle"]
 _INBOX_SIZE = 1 << 16
 _HEADER_SIZE = HEADER.size
 _REPLY = int(Kind.REPLY)
+_RECORDED = int(Kind.RECORDED)
 _FLUSH_POLL = 0.002  # seconds between reads while a large request waits to be sent (trio)
 
 
@@ -57,6 +59,8 @@ class WorkerHandle:
     reading: anyio.Event | None = None
     #: The asyncio loop whose readiness callbacks serve the socket (``None`` on trio).
     loop: asyncio.AbstractEventLoop | None = None
+    #: The step infos' schema the worker announced last (``RecordReader.learn``).
+    info_schema: RecordSchema | None = None
 
     def send(self, frame: bytes) -> None:
         if self.unsent:
@@ -109,23 +113,38 @@ class WorkerHandle:
             self.disconnect()
             return
         if size == _HEADER_SIZE and self.outstanding and not self.reader.pending:
-            # The hot path: one reply with nothing to report.
+            # The hot path: one reply with nothing to report, or its infos in the records.
             kind, sequence, length = HEADER.unpack_from(self.inbox)
             expected, pending = self.outstanding[0]
-            if kind == _REPLY and sequence == expected and not length:
-                self.outstanding.popleft()
-                pending.deliver_empty(self)
-                return
+            if sequence == expected and not length:
+                if kind == _REPLY:
+                    self.outstanding.popleft()
+                    pending.deliver_empty(self)
+                    return
+                if kind == _RECORDED:
+                    self.outstanding.popleft()
+                    if not pending.deliver_recorded(self):
+                        self._break_off(pending)
+                    return
         for kind, sequence, payload in self.reader.feed(memoryview(self.inbox)[:size]):
             if not self.outstanding:
                 continue  # nothing asked for this: ignore it
             expected, pending = self.outstanding.popleft()
             if kind is Kind.HELLO or (kind is Kind.REPLY and sequence == expected):
                 pending.deliver(self, payload)
-            else:  # out of protocol: this worker cannot be trusted any more
-                self.disconnect()
-                self.process.signal(signal.SIGKILL)
+            elif (kind is Kind.RECORDED and sequence == expected and not payload
+                  and pending.deliver_recorded(self)):
+                continue
+            else:
+                self._break_off(pending)
                 return
+
+    def _break_off(self, pending: ProcessPending) -> None:
+        """The worker broke the protocol answering ``pending``: it cannot be trusted any
+        more. It is killed; its sub-envs fail as a dead worker's do."""
+        self.disconnect()
+        pending.worker_died(self)
+        self.process.signal(signal.SIGKILL)
 
     def disconnect(self) -> None:
         """Stop talking to the worker (its socket closed, or it broke protocol): stop reading
@@ -172,7 +191,7 @@ class ProcessPending(Pending):
     """Replies to one request, delivered worker by worker."""
 
     __slots__ = ("_backend", "_dead", "_future", "_in_place_step", "_owing", "_position",
-                 "sequence")
+                 "_recorded", "sequence")
 
     def __init__(self, backend: ProcessBackend, op: Op, env_indices: Sequence[int],
                  sequence: int, arrivals: Arrivals | None = None) -> None:
@@ -189,6 +208,8 @@ class ProcessPending(Pending):
         self.quiet = op is Op.STEP and backend.buffers is not None
         #: A full step written in place: an empty reply just marks its sub-envs answered.
         self._in_place_step = self.quiet and self._position is None and arrivals is None
+        #: The workers that answered with their infos in the records (read once all are in).
+        self._recorded: list[WorkerHandle] | None = None
         self._future: asyncio.Future[None] | None = None
         if backend.loop is not None:
             self._future = backend.loop.create_future()
@@ -221,6 +242,21 @@ class ProcessPending(Pending):
         future = self._future
         if not owing and future is not None and not future.done():
             future.set_result(None)
+
+    def deliver_recorded(self, worker: WorkerHandle) -> bool:
+        """A worker's reply to a full step with its infos in the records → True; False if
+        this request is not such a step or no schema was announced (out of protocol)."""
+        if not self._in_place_step or worker.info_schema is None:
+            return False
+        hosted = worker.env_indices
+        self.replies[hosted.start:hosted.stop] = [None] * len(hosted)
+        self.quiet = False
+        if self._recorded is None:
+            self._recorded = [worker]
+        else:
+            self._recorded.append(worker)
+        self._answered(worker)
+        return True
 
     def deliver(self, worker: WorkerHandle, payload: bytes) -> None:
         """Store one worker's reply (decoded according to the request)."""
@@ -258,6 +294,10 @@ class ProcessPending(Pending):
                 if self._backend.buffers is not None:
                     replies[hosted.start:hosted.stop] = [None] * len(hosted)
                 entries = pickle.loads(payload) if payload else ()
+                if type(entries) is RecordSchema:  # infos in the records, from now on
+                    self._backend.records.learn(worker, entries)
+                    self._recorded = [*(self._recorded or ()), worker]
+                    return
                 if type(entries) is PackedInfos:  # the worker merged its sub-envs' infos
                     self.packed_infos += ((hosted.start, entries),)
                     return
@@ -313,6 +353,11 @@ class ProcessPending(Pending):
             for worker in self._dead:  # its exit status makes the failure's message
                 await self._backend.reap(worker)
         finally:
+            # Cancelled too: the infos of the workers that did answer are theirs to report.
+            if self._recorded is not None:
+                self.packed_infos += self._backend.records.read(self._recorded,
+                                                                self._backend.num_workers)
+                self._recorded = None
             # Cancelled (a deadline) too: a worker known dead is its sub-envs' failure, with
             # its exit status if known by then; they did not miss the deadline.
             for worker in self._dead:
