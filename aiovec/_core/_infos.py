@@ -15,14 +15,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["PackedInfos", "merge_info", "pack_infos", "splice_infos"]
+__all__ = ["SCALAR_TYPES", "PackedInfos", "merge_info", "pack_infos", "splice_infos"]
 
-_SCALAR_TYPES = (int, float, bool)
+#: Python scalars whose column ``merge_info`` makes of their own type (as NumPy scalars').
+SCALAR_TYPES = (int, float, bool)
 
 
 def _empty_column(value: Any, num_envs: int) -> np.ndarray[Any, Any]:
     """An all-zero (or all-``None``) column able to hold ``value`` for every sub-env."""
-    if type(value) in _SCALAR_TYPES or isinstance(value, np.number):
+    if type(value) in SCALAR_TYPES or isinstance(value, np.number):
         return np.zeros(num_envs, dtype=type(value))
     if isinstance(value, np.ndarray):
         return np.zeros((num_envs, *value.shape), dtype=value.dtype)
@@ -140,12 +141,18 @@ def _splice(batched: dict[str, Any], infos: dict[str, Any], kinds: dict[str, Any
                 np.full(num_envs, fill_value=None, dtype=object)
                 if column.dtype == object and not arrays
                 else np.zeros((num_envs, *column.shape[1:]), dtype=column.dtype))
-        if target.dtype == column.dtype and target.shape[1:] == column.shape[1:]:
+        if (isinstance(target, np.ndarray) and target.dtype == column.dtype
+                and target.shape[1:] == column.shape[1:]):
             target[rows] = column  # what setting each row would give, at once
             continue
-        # Another run created the column with another dtype: set the rows one by one from
-        # the original values, as merging each sub-env's info would (never a mask: bool).
-        python_scalar = kind in _SCALAR_TYPES
-        for offset in np.flatnonzero(infos[f"_{key}"]):
+        # Another run created the column with another dtype (or, oddly, as a dict): set the
+        # rows one by one from the original values, as merging each sub-env's info would.
+        mask = infos.get(f"_{key}")
+        if mask is None:  # ``column`` is a mask, met with another sub-env's key of its name
+            for offset in np.flatnonzero(column).tolist():
+                target[first_row + offset] = True
+            continue
+        python_scalar = kind in SCALAR_TYPES
+        for offset in np.flatnonzero(mask).tolist():
             value = column[offset]
             target[first_row + offset] = value.item() if python_scalar else value

@@ -20,14 +20,16 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from aiovec._core._infos import PackedInfos
+from aiovec._core._infos import SCALAR_TYPES, PackedInfos
 
 __all__ = ["RECORD_BYTES", "InfoRecorder", "RecordReader", "RecordSchema", "schema_of"]
 
 #: Bytes of record per sub-env: sixteen 8-byte scalars.
 RECORD_BYTES = 128
 
-_PYTHON_SCALARS = (int, float, bool)
+#: The most schemas a worker learns: past them, infos of a new schema are pickled (an env
+#: whose keys change with every step must not grow the parent's cache of views).
+MAX_SCHEMAS = 16
 
 
 class RecordSchema(NamedTuple):
@@ -58,11 +60,14 @@ class RecordSchema(NamedTuple):
 
 
 def _offsets(kinds: tuple[type, ...]) -> list[int]:
+    """Each field at the next multiple of its own size (aligned reads and writes)."""
     offsets = []
     offset = 0
     for kind in kinds:
+        size = np.dtype(kind).itemsize
+        offset = -(-offset // size) * size
         offsets.append(offset)
-        offset += np.dtype(kind).itemsize
+        offset += size
     return offsets
 
 
@@ -72,7 +77,7 @@ def _recordable(key: Any, value: Any) -> bool:
     if type(key) is not str or key.startswith("_") or key == "final_obs":
         return False
     kind = type(value)
-    return kind in _PYTHON_SCALARS or (isinstance(value, np.number)
+    return kind in SCALAR_TYPES or (isinstance(value, np.number)
                                        and np.dtype(kind).kind in "biufc")
 
 
@@ -82,7 +87,8 @@ def schema_of(info: dict[str, Any]) -> RecordSchema | None:
     if not info or not all(_recordable(key, value) for key, value in info.items()):
         return None
     schema = RecordSchema(tuple(info), tuple(type(value) for value in info.values()))
-    if sum(np.dtype(kind).itemsize for kind in schema.kinds) > RECORD_BYTES:
+    kinds = schema.kinds
+    if _offsets(kinds)[-1] + np.dtype(kinds[-1]).itemsize > RECORD_BYTES:
         return None
     return schema
 
@@ -94,7 +100,7 @@ class InfoRecorder:
     (``(count, RECORD_BYTES)``).
     """
 
-    __slots__ = ("announced", "keys", "kinds", "records", "rows", "schema")
+    __slots__ = ("announced", "keys", "kinds", "learned", "records", "rows", "schema")
 
     def __init__(self, rows: np.ndarray[Any, Any]) -> None:
         self.rows = rows
@@ -104,12 +110,22 @@ class InfoRecorder:
         self.records: np.ndarray[Any, Any] | None = None
         #: False until the parent has been sent ``schema`` (in a step's reply).
         self.announced = False
+        #: Every schema learned, with the rows seen through it (``MAX_SCHEMAS`` at most).
+        self.learned: dict[RecordSchema, np.ndarray[Any, Any]] = {}
 
-    def _learn(self, schema: RecordSchema) -> None:
-        self.schema = schema
+    def _learn(self, schema: RecordSchema) -> bool:
+        """Write in ``schema`` from now on (announced afresh) → True; False once
+        ``MAX_SCHEMAS`` others were learned."""
+        records = self.learned.get(schema)
+        if records is None:
+            if len(self.learned) >= MAX_SCHEMAS:
+                return False
+            records = self.rows.view(schema.record_dtype()).reshape(len(self.rows))
+            self.learned[schema] = records
+        self.schema, self.records = schema, records
         self.keys, self.kinds = schema.keys, schema.kinds
-        self.records = self.rows.view(schema.record_dtype()).reshape(len(self.rows))
         self.announced = False
+        return True
 
     def record(self, extras: list[tuple[int, Any]]) -> bool:
         """Write a full step's infos (``extras``: an ``(info, None)`` for every hosted
@@ -126,9 +142,8 @@ class InfoRecorder:
             return False
         if tuple(info) != self.keys or tuple(map(type, info.values())) != self.kinds:
             schema = schema_of(info)
-            if schema is None:
+            if schema is None or not self._learn(schema):
                 return False
-            self._learn(schema)
         keys, kinds, records = self.keys, self.kinds, self.records
         assert records is not None
         values = []
@@ -191,7 +206,10 @@ class RecordReader:
     def read(self, workers: Sequence[_Recording],
              num_workers: int) -> tuple[tuple[int, PackedInfos], ...]:
         """The infos the ``workers`` wrote into their records, as packed runs ``(first sub-env,
-        infos)``: one run for the whole batch when all ``num_workers`` recorded alike."""
+        infos)``: one run for the whole batch when all ``num_workers`` recorded alike; none
+        once released (the vector env closed while the step was awaited)."""
+        if self._region is None:
+            return ()
         schema = workers[0].info_schema
         if len(workers) == num_workers and schema is not None and all(
                 worker.info_schema is schema for worker in workers):
