@@ -180,8 +180,7 @@ class LoopDriver:
             self._task = ctrl_c.task = task
             if ctrl_c.count:  # Ctrl-C struck before the task existed
                 ctrl_c.cancel()
-            while not task.done():  # the task stops the loop as it ends (see _stop_when_done)
-                loop.run_forever()
+            self._run_until_task_done(task)
             result = task.result()
         except BaseException:
             made = ctrl_c.task
@@ -198,6 +197,37 @@ class LoopDriver:
         if ctrl_c.count:  # Ctrl-C as the call finished: an interrupt all the same
             raise KeyboardInterrupt
         return result
+
+    def _run_until_task_done(self, task: asyncio.Task[Any]) -> None:
+        """Run the loop in this thread until ``task`` is done.
+
+        asyncio's own loop is stepped here directly (``_run_once``, what ``run_forever``
+        repeats), with what ``run_forever`` sets up around it: the running loop, its thread,
+        the async generator hooks. That saves ``run_forever``'s set-up and tear-down at every
+        call (~8 µs of a CartPole x 32 shim step's ~185 µs on 2 cores). A loop without
+        ``_run_once`` runs the public way: the task stops it as it ends (``_stop_when_done``).
+        """
+        loop = self._loop
+        run_once = getattr(loop, "_run_once", None)
+        if run_once is None:
+            while not task.done():
+                loop.run_forever()
+            return
+        hooks = sys.get_asyncgen_hooks()
+        loop._thread_id = threading.get_ident()  # type: ignore[attr-defined]
+        sys.set_asyncgen_hooks(firstiter=loop._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
+                               finalizer=loop._asyncgen_finalizer_hook)  # type: ignore[attr-defined]
+        asyncio.events._set_running_loop(loop)
+        try:
+            while not task.done():
+                run_once()
+        finally:
+            # The task's own stop() as it ended (or Ctrl-C's): moot once it is done, and a
+            # stopping loop would never block in its selector again.
+            loop._stopping = False  # type: ignore[attr-defined]
+            loop._thread_id = None  # type: ignore[attr-defined]
+            asyncio.events._set_running_loop(None)
+            sys.set_asyncgen_hooks(*hooks)
 
     async def _stop_when_done(self, async_fn: Callable[..., Coroutine[Any, Any, T]],
                               args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
