@@ -146,6 +146,9 @@ class LoopDriver:
             end.setblocking(False)
         self._loop.add_reader(self._wakeup_reader.fileno(), self._drain_wakeups)
         self._driving = threading.Lock()  # held by whichever thread runs the loop
+        #: One iteration of asyncio's loop, if it has that private step (see
+        #: ``_run_until_task_done``); ``None``: run it with ``run_forever``.
+        self._step_loop: Callable[[], None] | None = getattr(self._loop, "_run_once", None)
         self._task: asyncio.Task[Any] | None = None
         self._closed = False
 
@@ -208,7 +211,7 @@ class LoopDriver:
         ``_run_once`` runs the public way: the task stops it as it ends (``_stop_when_done``).
         """
         loop = self._loop
-        run_once = getattr(loop, "_run_once", None)
+        run_once = self._step_loop
         if run_once is None:
             while not task.done():
                 loop.run_forever()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -224,3 +225,39 @@ def test_calls_leave_nothing_scheduled_on_the_loop() -> None:
             assert len(driver._loop._ready) == 0  # type: ignore[attr-defined]
     finally:
         driver.stop()
+
+
+@pytest.mark.parametrize("steps_the_loop_itself", [True, False])
+def test_each_call_runs_with_the_loop_running_and_leaves_it_stopped(
+        steps_the_loop_itself: bool) -> None:
+    """During a call the loop is the running one, in this thread, with its async generator
+    hooks; after it, none of that remains, and a sleeping call's timer fires. Both ways of
+    running the loop: stepping asyncio's loop directly, or ``run_forever`` (a loop without
+    ``_run_once``)."""
+    driver = LoopDriver()
+    loop = driver._loop
+    if not steps_the_loop_itself:
+        driver._step_loop = None  # as if the loop had no step of its own
+    hooks_before = sys.get_asyncgen_hooks()
+    seen: list[Any] = []
+
+    async def inside() -> str:
+        seen.append(asyncio.get_running_loop())
+        seen.append(sys.get_asyncgen_hooks().firstiter)
+        await asyncio.sleep(0.01)
+
+        async def numbers() -> Any:
+            yield 1
+
+        return str(await numbers().__anext__())
+
+    try:
+        for _ in range(3):
+            assert driver.run(inside) == "1"
+            assert asyncio._get_running_loop() is None
+            assert sys.get_asyncgen_hooks() == hooks_before
+            assert not loop.is_running()
+    finally:
+        driver.stop()
+    assert seen[0] is loop
+    assert seen[1] is not None and seen[1] == loop._asyncgen_firstiter_hook  # type: ignore[attr-defined]
