@@ -71,6 +71,7 @@ import gymnasium as gym
 import numpy as np
 import real_env_makers as makers  # benchmarks/ is sys.path[0]
 from harness import Check, describe, machine, revision, stamped, stamped_async, watchdog
+from plot_real_envs import plot
 
 import aiovec
 
@@ -573,6 +574,11 @@ def main() -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text + "\n")
         print(f"wrote {output}")
+    if output == RESULTS:  # a full run's picture beside its report
+        try:
+            plot([output], output.with_suffix(".png"))
+        except Exception as error:  # no matplotlib, say: the report stands alone
+            print(f"plot failed: {describe(error)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
