@@ -8,8 +8,11 @@ import threading
 import time
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
@@ -190,6 +193,23 @@ def wait_for_fifo(path: str, timeout: float) -> bool:
         return bool(poller.poll(timeout * 1000)) and bool(os.read(fd, 1))
     finally:
         os.close(fd)
+
+
+async def close_while_a_step_hangs(envs: aiovec.AsyncVectorEnv, fifo: str,
+                                   actions: Any) -> None:
+    """Step ``envs`` in a task until a ``FifoStepEnv`` announces through ``fifo`` that it
+    hangs, then close them: the step must end with the closing's error (or its worker's
+    death), and the close must not wait for the hung sub-env."""
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            async def step() -> None:
+                with pytest.raises((aiovec.WorkerDiedError, aiovec.ClosedError)):
+                    await envs.step(actions)
+
+            group.start_soon(step)
+            assert await anyio.to_thread.run_sync(wait_for_fifo, fifo, 30)
+            await envs.aclose()
+    assert envs.closed
 
 
 class ActionDtypeEnv(CountingEnv):

@@ -11,8 +11,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,7 +23,7 @@ from aiovec._backends._process._info_records import (
     schema_of,
 )
 from aiovec._core._infos import merge_info, splice_infos
-from tests.envs import CountingEnv, FifoStepEnv, wait_for_fifo
+from tests.envs import CountingEnv, FifoStepEnv, close_while_a_step_hangs
 from tests.helpers import assert_identical
 
 #: Values a recordable key may take (one kind per key and step across a run).
@@ -306,13 +304,4 @@ async def test_closing_while_a_recorded_step_is_awaited(anyio_backend: Any, tmp_
                                  backend="process", num_workers=2, close_timeout=0.5,
                                  start_method=start_method)
     await envs.reset()
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as group:
-            async def step() -> None:
-                with pytest.raises((aiovec.WorkerDiedError, aiovec.ClosedError)):
-                    await envs.step(np.zeros(2, np.int64))
-
-            group.start_soon(step)
-            assert await anyio.to_thread.run_sync(wait_for_fifo, str(fifo), 30)
-            await envs.aclose()
-    assert envs.closed
+    await close_while_a_step_hangs(envs, str(fifo), np.zeros(2, np.int64))

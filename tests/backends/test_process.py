@@ -30,6 +30,7 @@ from tests.envs import (
     StubbornEnv,
     TextEnv,
     UnpicklableInfoEnv,
+    close_while_a_step_hangs,
     wait_for_fifo,
     worker_pids,
 )
@@ -374,16 +375,7 @@ async def test_close_while_another_task_steps(tmp_path: Path, no_leaks: None) ->
     envs = aiovec.AsyncVectorEnv([PidEnv, lambda: FifoStepEnv(str(fifo))], backend="process",
                                  num_workers=2, close_timeout=0.5)
     await envs.reset()
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as group:
-            async def step() -> None:
-                with pytest.raises((aiovec.WorkerDiedError, aiovec.ClosedError)):
-                    await envs.step(np.zeros(2, np.int64))
-
-            group.start_soon(step)
-            assert await anyio.to_thread.run_sync(wait_for_fifo, str(fifo), 30)
-            await envs.aclose()  # bounded: the hung worker is terminated
-    assert envs.closed
+    await close_while_a_step_hangs(envs, str(fifo), np.zeros(2, np.int64))  # bounded
 
 
 async def test_closing_when_every_worker_is_dead_is_prompt(no_leaks: None) -> None:
