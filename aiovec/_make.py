@@ -7,7 +7,7 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
@@ -15,7 +15,7 @@ from gymnasium.envs.registration import EnvSpec
 from aiovec._core._vector_env import AsyncVectorEnv
 from aiovec._shim._vector_env import VectorEnv
 
-__all__ = ["make_async_vec", "make_vec", "register_envs"]
+__all__ = ["BACKEND_OF_MODE", "make_async_vec", "make_vec", "register_envs"]
 
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
@@ -66,39 +66,119 @@ def _vector_spec(
     return vector_spec
 
 
+#: What each of Gymnasium's vectorization modes means on aiovec: the backend that does what
+#: Gymnasium's vector env of that mode does (``None``: aiovec's own choice, ``"auto"`` unless
+#: ``vector_kwargs`` name one).
+BACKEND_OF_MODE: dict[str, str | None] = {"sync": "inline", "async": "process"}
+_VECTOR_ENTRY_POINT = "vector_entry_point"
+
+
+def _mode(vectorization_mode: Any) -> str | None:
+    """``vectorization_mode`` as a string (a ``gymnasium.VectorizeMode`` gives its value);
+    ``ValueError`` for anything but Gymnasium's modes, before any sub-env starts."""
+    if vectorization_mode is None:
+        return None
+    value = getattr(vectorization_mode, "value", vectorization_mode)
+    valid = [*BACKEND_OF_MODE, _VECTOR_ENTRY_POINT]
+    if value not in valid:
+        raise ValueError(f"Invalid vectorization mode: {vectorization_mode!r}, "
+                         f"valid modes: {valid}")
+    return str(value)
+
+
+def _vector_options(mode: str | None, vector_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``vector_kwargs`` with the backend the mode stands for; one that names another backend
+    contradicts the mode and is refused."""
+    options = dict(vector_kwargs or {})
+    backend = BACKEND_OF_MODE.get(mode) if mode is not None else None
+    if backend is not None:
+        given = options.setdefault("backend", backend)
+        if given != backend:
+            raise ValueError(f"vectorization_mode={mode!r} runs the sub-envs on the {backend!r} "
+                             f"backend; vector_kwargs asks for backend={given!r}: give one "
+                             "or the other")
+    return options
+
+
+@overload
 def make_vec(
     id: str | EnvSpec,
     num_envs: int = 1,
-    *,
+    vectorization_mode: Literal["sync", "async"] | None = None,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
     **kwargs: Any,
-) -> VectorEnv:
-    """Like ``gymnasium.make_vec(id, num_envs)``, returning aiovec's sync ``VectorEnv``.
+) -> VectorEnv: ...
 
-    ``vector_kwargs`` go to ``VectorEnv`` (e.g. ``{"backend": "thread", "timeout": 5}``);
-    ``wrappers`` wrap each sub-env in order; other keywords go to ``gymnasium.make``.
+
+@overload
+def make_vec(
+    id: str | EnvSpec,
+    num_envs: int = 1,
+    vectorization_mode: Any = None,
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    **kwargs: Any,
+) -> gym.vector.VectorEnv: ...
+
+
+def make_vec(
+    id: str | EnvSpec,
+    num_envs: int = 1,
+    vectorization_mode: Any = None,
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    **kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """``gymnasium.make_vec``'s arguments, in its order, returning aiovec's sync ``VectorEnv``.
+
+    ``vectorization_mode``: ``None`` (aiovec picks the backend: ``"auto"``), ``"sync"`` (the
+    sub-envs step in your thread, one after another, as in ``SyncVectorEnv``: the ``"inline"``
+    backend), ``"async"`` (in worker processes, as in Gymnasium's ``AsyncVectorEnv``: the
+    ``"process"`` backend), or ``"vector_entry_point"`` (the env's own vector implementation,
+    exactly what ``gymnasium.make_vec`` gives in that mode; aiovec's for ``register_envs``
+    ids). ``gymnasium.VectorizeMode`` members work too; anything else raises ``ValueError``
+    before any sub-env starts. ``vector_kwargs`` go to ``VectorEnv`` (e.g. ``{"backend":
+    "thread", "timeout": 5}``); ``wrappers`` wrap each sub-env in order; other keywords go to
+    ``gymnasium.make``.
     """
+    mode = _mode(vectorization_mode)
+    if mode == _VECTOR_ENTRY_POINT:
+        gym_wrappers: Any = wrappers  # Gymnasium types them as returning its Wrapper class
+        return gym.make_vec(id, num_envs, mode, vector_kwargs, gym_wrappers, **kwargs)
+    return _make_shim(id, num_envs, mode, vector_kwargs, wrappers, kwargs)
+
+
+def _make_shim(id: str | EnvSpec, num_envs: int, mode: str | None,
+               vector_kwargs: dict[str, Any] | None, wrappers: Sequence[Wrapper] | None,
+               kwargs: dict[str, Any]) -> VectorEnv:
+    """``make_vec`` in a mode that gives aiovec's ``VectorEnv``."""
+    options = _vector_options(mode, vector_kwargs)
     factories, spec = _factories(id, num_envs, wrappers, kwargs)
-    vector_kwargs = dict(vector_kwargs or {})
-    envs = VectorEnv(factories, **vector_kwargs)
-    envs.spec = _vector_spec(spec, num_envs, kwargs, vector_kwargs, wrappers, "async")
+    envs = VectorEnv(factories, **options)
+    envs.spec = _vector_spec(spec, num_envs, kwargs, options, wrappers, mode or "async")
     return envs
 
 
 def make_async_vec(
     id: str | EnvSpec,
     num_envs: int = 1,
-    *,
+    vectorization_mode: Literal["sync", "async"] | None = None,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
     **kwargs: Any,
 ) -> AsyncVectorEnv:
-    """Like ``make_vec`` but returns an (unstarted) ``AsyncVectorEnv``: use ``async with``."""
+    """Like ``make_vec`` but returns an (unstarted) ``AsyncVectorEnv``: use ``async with``.
+    ``"vector_entry_point"`` is refused: the env's own vector implementation is not async."""
+    mode = _mode(vectorization_mode)
+    if mode == _VECTOR_ENTRY_POINT:
+        raise ValueError("make_async_vec builds an aiovec.AsyncVectorEnv: "
+                         "vectorization_mode='vector_entry_point' (the env's own vector "
+                         "implementation) is gymnasium.make_vec's, or aiovec.make_vec's")
+    options = _vector_options(mode, vector_kwargs)
     factories, spec = _factories(id, num_envs, wrappers, kwargs)
-    vector_kwargs = dict(vector_kwargs or {})
-    envs = AsyncVectorEnv(factories, **vector_kwargs)
-    envs.spec = _vector_spec(spec, num_envs, kwargs, vector_kwargs, wrappers, "async")
+    envs = AsyncVectorEnv(factories, **options)
+    envs.spec = _vector_spec(spec, num_envs, kwargs, options, wrappers, mode or "async")
     return envs
 
 
@@ -120,7 +200,7 @@ _VECTOR_OPTIONS = VECTOR_KEYWORDS | _GYMNASIUM_SPELLINGS
 def _make_registered(env_id: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
     """The vector entry point of a ``register_envs`` id (``gymnasium.make_vec`` calls it)."""
     vector_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in _VECTOR_OPTIONS}
-    return make_vec(env_id, num_envs, vector_kwargs=vector_kwargs, **kwargs)
+    return _make_shim(env_id, num_envs, None, vector_kwargs, None, kwargs)
 
 
 def register_envs(*env_ids: str, namespace: str = "aiovec") -> list[str]:

@@ -15,7 +15,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
-from aiovec._make import Wrapper, _EnvMaker, make_vec
+from aiovec._make import Wrapper, _EnvMaker, _make_shim
 from aiovec._shim._vector_env import VectorEnv
 
 __all__ = ["EnvCreator", "env_creator"]
@@ -46,8 +46,8 @@ class EnvCreator:
         env_kwargs = dict(config)
         num_envs = env_kwargs.pop("num_envs", None)
         if num_envs is not None:
-            return make_vec(self.spec, num_envs, vector_kwargs=self.vector_kwargs,
-                            wrappers=self.wrappers, **env_kwargs)
+            return _make_shim(self.spec, num_envs, None, self.vector_kwargs, self.wrappers,
+                              env_kwargs)
         return _EnvMaker(self.spec, env_kwargs, self.wrappers)()
 
     def __repr__(self) -> str:
