@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-__all__ = ["ActionChecker"]
+__all__ = ["ActionChecker", "accepted_kinds"]
 
 Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
@@ -167,14 +167,23 @@ def _generic_rules(space: spaces.Space[Any], num_envs: int,
     return check, list
 
 
-def _rules(space: spaces.Space[Any], num_envs: int, values: bool) -> tuple[Check, Split]:
+def accepted_kinds(space: spaces.Space[Any]) -> str | None:
+    """The NumPy dtype kinds a batch of actions for ``space`` may have (each must also cast to
+    its dtype ``same_kind``): bools are no Discrete index, floats no integer; ``None`` for
+    spaces checked otherwise (Dict, Tuple, custom)."""
     if isinstance(space, spaces.Box):
-        kinds = "biuf" if space.dtype is not None and space.dtype.kind == "f" else "biu"
-        return _array_rules(space, num_envs, kinds, values)
+        return "biuf" if space.dtype is not None and space.dtype.kind == "f" else "biu"
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
-        return _array_rules(space, num_envs, "iu", values)
+        return "iu"
     if isinstance(space, spaces.MultiBinary):
-        return _array_rules(space, num_envs, "biu", values)
+        return "biu"
+    return None
+
+
+def _rules(space: spaces.Space[Any], num_envs: int, values: bool) -> tuple[Check, Split]:
+    kinds = accepted_kinds(space)
+    if kinds is not None:
+        return _array_rules(space, num_envs, kinds, values)
     if isinstance(space, spaces.Dict):
         return _dict_rules(space, num_envs, values)
     if isinstance(space, spaces.Tuple):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from aiovec._core._actions import accepted_kinds
 from aiovec._serve._errors import ServeError
 from aiovec._serve._sessions import Session
 
@@ -23,21 +24,26 @@ __all__ = ["OPERATIONS", "Operation", "actions_from", "prepare", "restarts_in"]
 Operation = Callable[[Session, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def actions_from(value: Any, space: spaces.Space[Any]) -> Any:
-    """A decoded batch of actions as the arrays ``space`` (the batched action space) takes:
-    nested lists become arrays; Dict and Tuple spaces keep their structure."""
+def actions_from(value: Any, space: spaces.Space[Any], single: spaces.Space[Any]) -> Any:
+    """A decoded batch of actions as the arrays ``space`` (the batched action space; one
+    sub-env's is ``single``) takes: nested lists become arrays; Dict and Tuple spaces keep
+    their structure."""
     if isinstance(space, spaces.Dict):
         if not isinstance(value, Mapping) or set(value) != set(space.spaces):
             raise ServeError("invalid", f"actions: expected an object with keys "
                              f"{sorted(space.spaces)}")
-        return {key: actions_from(value[key], sub) for key, sub in space.spaces.items()}
+        assert isinstance(single, spaces.Dict)
+        return {key: actions_from(value[key], sub, single.spaces[key])
+                for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
             raise ServeError("invalid", f"actions: expected a list of {len(space.spaces)} "
                              "batches, one per part of the Tuple space")
-        return tuple(actions_from(item, sub) for item, sub in zip(value, space.spaces))
-    if isinstance(value, np.ndarray):  # from a binary frame
-        return _in_dtype_of(value, space) if value.dtype.kind != "O" else value
+        assert isinstance(single, spaces.Tuple)
+        return tuple(actions_from(item, sub, one)
+                     for item, sub, one in zip(value, space.spaces, single.spaces))
+    if isinstance(value, np.ndarray):  # from a binary frame: its dtype is the client's
+        return _in_dtype_of(value, single, typeless=False) if value.dtype.kind != "O" else value
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:  # ragged nesting
@@ -45,22 +51,31 @@ def actions_from(value: Any, space: spaces.Space[Any]) -> Any:
     if array.dtype.kind == "O":
         raise ServeError("invalid", "actions: expected numbers (one per sub-env), got "
                          f"{type(value).__name__} holding other values")
-    return _in_dtype_of(array, space)
+    return _in_dtype_of(array, single, typeless=True)
 
 
-def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any]
+def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any], *, typeless: bool
                  ) -> np.ndarray[Any, Any]:
-    """Actions in the space's dtype where nothing is lost (JSON has no float32 or int8, and
-    a client may send float64 for a float32 Box), so the sub-env gets what its space
-    contains and an env that asserts ``contains`` never fails on a dtype: a client could
-    force restarts that way. Anything else is left for the action check to refuse."""
+    """Actions in the dtype of ``space`` (one sub-env's) where the local check accepts them
+    and nothing is lost, so the sub-env gets what its space contains (an env that asserts
+    ``contains`` never fails on a dtype: a client could force restarts that way).
+
+    The local check (``_core._actions``) decides what is accepted, here as in a local vector
+    env: only a dtype it accepts is cast, so a cast never turns a refusal into an acceptance
+    (bools are no Discrete index, a frame's int64 no uint8). ``typeless``: the numbers came
+    in JSON, which has one integer type; whole numbers then stand for the space's integer
+    dtype when every value fits it, as an array of that dtype would locally.
+    """
     dtype = space.dtype
-    if dtype is None or array.dtype == dtype:
+    kinds = accepted_kinds(space)
+    if dtype is None or array.dtype == dtype or kinds is None or array.dtype.kind not in kinds:
         return array
     if array.dtype.kind == "f" and dtype.kind == "f":
         return array.astype(dtype)
-    if array.dtype.kind in "iub" and dtype.kind in "iu":
-        cast = array.astype(dtype)
+    if dtype.kind in "iu" and (np.can_cast(array.dtype, dtype, "same_kind")
+                               or (typeless and array.dtype.kind in "iu")):
+        with np.errstate(over="ignore"):
+            cast = array.astype(dtype)
         if np.array_equal(cast, array):  # no value overflowed the narrower type
             return cast
     return array
@@ -100,13 +115,15 @@ def prepare(session: Session, op: str, request: Mapping[str, Any]) -> Mapping[st
     a transport runs this in a worker thread for those)."""
     if op == "step" and "actions" in request:
         return {**request, "actions": actions_from(request["actions"],
-                                                   session.envs.action_space)}
+                                                   session.envs.action_space,
+                                                   session.envs.single_action_space)}
     if op == "send" and "actions" in request:
         env_ids = _env_ids(request, session.envs.num_envs)
         space = session.envs.action_space if env_ids is None else \
             session.batched_action_space(len(env_ids))
         return {**request, "env_ids": env_ids,
-                "actions": actions_from(request["actions"], space)}
+                "actions": actions_from(request["actions"], space,
+                                        session.envs.single_action_space)}
     return request
 
 
@@ -135,7 +152,8 @@ async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
 
 async def step(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     envs = session.envs
-    actions = actions_from(_required(request, "actions"), envs.action_space)
+    actions = actions_from(_required(request, "actions"), envs.action_space,
+                           envs.single_action_space)
     observations, rewards, terminations, truncations, infos = await envs.step(actions)
     session.steps += 1
     return {"observations": observations, "rewards": rewards, "terminations": terminations,
@@ -149,7 +167,7 @@ async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     env_ids = _env_ids(request, envs.num_envs)
     batched = envs.action_space if env_ids is None else \
         session.batched_action_space(len(env_ids))
-    envs.send(actions_from(request["actions"], batched), env_ids)
+    envs.send(actions_from(request["actions"], batched, envs.single_action_space), env_ids)
     return {}
 
 

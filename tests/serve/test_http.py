@@ -364,3 +364,20 @@ def test_idle_keep_alive_connections_close_after_the_configured_time(serve: Any)
         while connection.recv(4096):  # b"": the server closed it
             pass
         assert time.monotonic() - started < 25  # 1 s, with a noisy machine's margin
+
+
+async def test_boolean_actions_are_refused_as_a_local_env_refuses_them(serve: Any) -> None:
+    """``Discrete(2)`` takes no booleans locally (``expected dtype int64``): over HTTP
+    neither; the session steps on afterwards, nothing counted against its sub-envs."""
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        session = await create(client, "CartPole-v1", 2)
+        await client.post(f"/sessions/{session}/reset", json={"seed": 0})
+        answer = await client.post(f"/sessions/{session}/step",
+                                   json={"actions": [True, False]})
+        refused(answer, 422, "invalid")
+        assert "bool" in answer.json()["detail"]
+        fine = await client.post(f"/sessions/{session}/step", json={"actions": [1, 0]})
+        assert fine.status_code == 200, fine.text
+        assert (await client.get(f"/sessions/{session}")).json()["restarts"] == 0
+        await client.delete(f"/sessions/{session}")

@@ -272,3 +272,26 @@ async def test_ws_closes_a_connection_that_never_opens_a_session(serve: Any) -> 
         with anyio.fail_after(30), pytest.raises(WebSocketClosed) as closed:
             await socket.receive()  # nothing sent: the server gives up on it
     assert closed.value.code == 1008
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+async def test_boolean_actions_are_refused_as_a_local_env_refuses_them(serve: Any,
+                                                                       binary: bool) -> None:
+    """Over a WebSocket too, in JSON text and in a frame carrying a ``|b1`` array."""
+    server: Server = serve("open")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        session = await create(client, "CartPole-v1", 2)
+    async with await WebSocket.connect(ws_url(server, session)) as socket:
+        await ask(socket, {"op": "reset", "id": 1, "seed": 0}, binary)
+        actions = np.array([True, False])
+        answer = await ask(socket, {"op": "step", "id": 2,
+                                    "actions": actions if binary else actions.tolist()},
+                           binary)
+        assert not answer["ok"] and answer["error"] == "invalid", answer
+        assert "bool" in answer["detail"]
+        answer = await ask(socket, {"op": "step", "id": 3, "actions": [1, 0]}, binary)
+        assert answer["ok"], answer
+        await socket.send_text(json.dumps({"op": "close"}))
+        with pytest.raises(WebSocketClosed):
+            await socket.receive()
+    await until_no_sessions(server)
