@@ -14,28 +14,15 @@ accepted here too, with the same result (``NaN`` and ``Infinity`` included).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
-import numpy as np
+from aiovec._wire._depth import nesting_depth
 
 __all__ = ["JSONRejected", "nesting_depth", "parse_json"]
 
 RejectionCode = Literal["bad_json", "too_deep", "too_large"]
 
-_QUOTE = ord('"')
 _BOM = b"\xef\xbb\xbf"
-# Every byte but the five that shape a JSON document once escapes are gone: " [ ] { }.
-_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'"[]{}')))
-# Each structural byte's change of depth, as a signed byte: +1 opens, -1 closes, 0 a quote.
-_DEPTH_STEPS = bytes.maketrans(b'[{]}"', b"\x01\x01\xff\xff\x00")
-# A string once escapes are gone: a quote, anything but quotes, the closing quote (or the end:
-# an unterminated string). It always matches where it starts, so the scan stays linear.
-_STRING = re.compile(rb'"[^"]*"?')
-# Up to this many quotes the regex removes strings before numpy's fixed costs (a few us) are
-# paid back; beyond, a running parity of quotes in numpy is faster (the regex costs ~0.1 us a
-# string, numpy a few ns a byte).
-_REGEX_QUOTES = 64
 
 
 class JSONRejected(ValueError):
@@ -49,36 +36,6 @@ class JSONRejected(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.code, self.detail))
-
-
-def nesting_depth(body: bytes) -> int:
-    """The deepest nesting of ``[`` and ``{`` in ``body``, not counting those inside strings.
-
-    Exact for valid JSON (``1`` is 0 deep, ``[]`` 1, ``{"a": [1]}`` 2). For anything else it
-    returns some number without failing: ``json`` then reports the syntax error. Linear in
-    the body's length, in C and numpy.
-    """
-    if b"\\" in body:
-        # Outside strings valid JSON has no backslash, so every escape pair is inside one:
-        # dropping the pairs keeps each string's boundaries and leaves no escaped quote.
-        # Pairs (backslash, any byte) run left to right; after the doubled backslashes go, a
-        # backslash left over is a lone one before its escaped byte, so the second replace
-        # sees exactly the escaped quotes.
-        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
-    structure = body.translate(None, _NOT_STRUCTURE)
-    quotes = structure.count(b'"')
-    if 0 < quotes <= _REGEX_QUOTES:
-        structure = _STRING.sub(b"", structure)
-    if not structure:
-        return 0
-    wide = np.int32 if len(structure) < 2**31 else np.int64
-    steps = np.frombuffer(structure.translate(_DEPTH_STEPS), dtype=np.int8).astype(wide)
-    if quotes > _REGEX_QUOTES:
-        # Quotes so far, odd: inside a string (an opening quote counts as inside, a closing
-        # one as outside; neither moves the depth). An unterminated string runs to the end.
-        codes = np.frombuffer(structure, dtype=np.uint8)
-        steps[np.logical_xor.accumulate(codes == _QUOTE)] = 0
-    return max(int(np.add.accumulate(steps, out=steps).max()), 0)
 
 
 def parse_json(body: bytes, *, max_depth: int = 32, max_bytes: int | None = None) -> Any:

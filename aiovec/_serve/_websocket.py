@@ -28,7 +28,7 @@ from aiovec._serve._errors import ServeError
 from aiovec._serve._http import error_response, refusal
 from aiovec._serve._sessions import Session
 from aiovec._serve._transport import dump_json, parse_bounded, parse_json_object, perform
-from aiovec._wire._codec import decode_frame, encode_frame
+from aiovec._wire._codec import FrameTooDeep, decode_frame, encode_frame
 
 if TYPE_CHECKING:
     from aiovec._serve._config import Limits
@@ -66,6 +66,8 @@ def _decoded_frame(data: bytes, limits: Limits) -> dict[str, Any]:
     try:
         fields = decode_frame(data, max_header_size=limits.max_body_bytes,
                               max_depth=limits.max_json_depth)
+    except FrameTooDeep as error:  # measured before decoding, as JSON's depth is
+        raise ServeError("too_deep", str(error)) from None
     except ValueError as error:
         raise ServeError("bad_frame", str(error)) from None
     if not isinstance(fields, dict):

@@ -64,8 +64,10 @@ from typing import Any
 
 import numpy as np
 
+from aiovec._wire._depth import nesting_depth
+
 __all__ = ["FRAME_MAGIC", "MAX_DEPTH", "MAX_DIMS", "MAX_HEADER_SIZE", "RAW_DTYPES",
-           "decode_frame", "encode_frame", "is_frame", "to_jsonable"]
+           "FrameTooDeep", "decode_frame", "encode_frame", "is_frame", "to_jsonable"]
 
 #: The first four bytes of every frame: 0x89 (never the start of UTF-8 text), "AV", version "1".
 FRAME_MAGIC = b"\x89AV1"
@@ -80,6 +82,14 @@ RAW_DTYPES = {code: np.dtype(code) for code in (
     "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
     "<f2", "<f4", "<f8", "<c8", "<c16")}
 
+class FrameTooDeep(ValueError):
+    """A frame whose tree nests deeper than the reader allows (a server answers
+    ``too_deep``, as for JSON)."""
+
+
+#: Levels of a frame's header around its tree: the header object, the arrays table and its
+#: entries, an array's reference below the deepest level.
+_HEADER_LEVELS = 4
 _ARRAY_KEY = "$array"
 _OBJECTS_KEY = "$objects"
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -142,8 +152,18 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     if data_start > size:
         raise ValueError(f"the frame is truncated: {size} bytes, but its header and padding "
                          f"take {data_start}")
+    text = bytes(view[_PREFIX:_PREFIX + header_size])
+    # The tree sits a few levels down the header, and an object array's level takes two
+    # (``{"$objects": [...]}``): deeper than that allows, the header is refused before
+    # ``json`` recurses into it; ``_rebuild`` checks the tree's own depth exactly.
+    bound = 2 * max_depth + _HEADER_LEVELS
+    if text.count(b"[") + text.count(b"{") > bound:
+        depth = nesting_depth(text)
+        if depth > bound:
+            raise FrameTooDeep(f"the frame's header nests {depth} levels deep: its tree nests "
+                               f"deeper than {max_depth} levels")
     try:
-        header = json.loads(str(view[_PREFIX:_PREFIX + header_size], "utf-8"))
+        header = json.loads(str(text, "utf-8"))
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
     if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
@@ -339,7 +359,7 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
         if _OBJECTS_KEY in node:
             return _object_array(node, arrays, used, depth, limit)
         if depth > limit:
-            raise ValueError(f"the frame's tree nests deeper than {limit} levels")
+            raise FrameTooDeep(f"the frame's tree nests deeper than {limit} levels")
         rebuilt = {}
         for key, child in node.items():
             if key[:1] == "$":
@@ -351,7 +371,7 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
         return rebuilt
     if kind is list:
         if depth > limit:
-            raise ValueError(f"the frame's tree nests deeper than {limit} levels")
+            raise FrameTooDeep(f"the frame's tree nests deeper than {limit} levels")
         return [_rebuild(child, arrays, used, depth + 1, limit) for child in node]
     return node
 

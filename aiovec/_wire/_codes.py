@@ -12,7 +12,7 @@ __all__ = ["CODES"]
 #: Every code the server answers with, and its HTTP status.
 CODES: dict[str, int] = {
     "bad_json": 400,              # the body or message is not a JSON object
-    "too_deep": 400,              # JSON nested deeper than Limits.max_json_depth
+    "too_deep": 400,              # JSON or a frame nested deeper than Limits.max_json_depth
     "bad_frame": 400,             # a binary WebSocket message that is not a valid frame
     "bad_host": 400,              # the Host header is not one the server answers to
     "unauthorized": 401,          # no or wrong credentials

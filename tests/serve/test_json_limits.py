@@ -1,4 +1,5 @@
-"""aiovec._serve._json: untrusted bodies refused by size, depth and syntax, and never a
+"""aiovec._serve._json (and aiovec._wire._depth, which measures depth for it and for frames):
+untrusted bodies refused by size, depth and syntax, and never a
 RecursionError; the depth measure checked against a recursive reference."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from aiovec._serve import _json
 from aiovec._serve._json import JSONRejected, nesting_depth, parse_json
+from aiovec._wire import _depth
 
 DEEP = 100_000
 
@@ -31,7 +33,7 @@ def reference_depth(value: Any) -> int:
 def string_removal(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways nesting_depth drops strings: the regex (few quotes) and the running parity
     of quotes in numpy (many), each forced for every body."""
-    monkeypatch.setattr(_json, "_REGEX_QUOTES", sys.maxsize if request.param == "regex" else 0)
+    monkeypatch.setattr(_depth, "_REGEX_QUOTES", sys.maxsize if request.param == "regex" else 0)
     return str(request.param)
 
 
@@ -122,7 +124,7 @@ def test_the_random_bodies_exercise_what_they_claim() -> None:
     depths = {reference_depth(value) for value, _ in bodies}
     assert depths >= set(range(9))
     # Enough quotes in some bodies that the default choice takes the numpy path too.
-    assert max(body.count(b'"') for _, body in bodies) > _json._REGEX_QUOTES
+    assert max(body.count(b'"') for _, body in bodies) > _depth._REGEX_QUOTES
 
 
 def _strings(value: Any) -> list[str]:
@@ -144,7 +146,7 @@ def test_garbage_is_refused_never_crashes(seed: int, monkeypatch: pytest.MonkeyP
     # strings are dropped) does not change it. An unterminated string runs to the end.
     depths = []
     for regex_quotes in (sys.maxsize, 0):
-        monkeypatch.setattr(_json, "_REGEX_QUOTES", regex_quotes)
+        monkeypatch.setattr(_depth, "_REGEX_QUOTES", regex_quotes)
         depths.append(nesting_depth(body))
     monkeypatch.undo()
     assert depths[0] == depths[1] >= 0

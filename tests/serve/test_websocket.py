@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from aiovec._remote._websocket import WebSocket, WebSocketClosed, WebSocketRejected
-from aiovec._wire._codec import decode_frame, encode_frame
+from aiovec._wire._codec import FRAME_MAGIC, decode_frame, encode_frame
 from tests.leaks import wait_until
 from tests.serve.conftest import Server
 from tests.serve.test_http import create, metric
@@ -78,6 +78,14 @@ async def test_a_session_over_a_websocket_steps_like_gymnasium(serve: Any, binar
     await until_no_sessions(server)
 
 
+def _deep_frame(levels: int) -> bytes:
+    """A frame whose tree nests ``levels`` lists deep (no writer of ours makes one)."""
+    tree = "[" * levels + "]" * levels
+    header = json.dumps({"arrays": [], "tree": 0}).replace("0}", tree + "}").encode()
+    frame = FRAME_MAGIC + len(header).to_bytes(4, "little") + header
+    return frame + b"\0" * (-len(frame) % 8)
+
+
 async def test_bad_messages_get_an_answer_and_the_connection_stays(serve: Any) -> None:
     server: Server = serve("open")
     async with httpx.AsyncClient(base_url=server.url) as client:
@@ -95,6 +103,8 @@ async def test_bad_messages_get_an_answer_and_the_connection_stays(serve: Any) -
             ({"op": 5, "id": 1}, "bad_json"),
             (encode_frame({"op": "step", "id": np.array([1, 2]), "actions": [0, 1]}),
              "bad_frame"),
+            (_deep_frame(1_000), "too_deep"),  # measured before parsing, as JSON text is
+            (_deep_frame(100_000), "too_deep"),
         ]
         for message, code in cases:
             if isinstance(message, dict):

@@ -8,6 +8,7 @@ import enum
 import json
 import math
 import random
+import struct
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from aiovec._wire._codec import (
     MAX_DEPTH,
     MAX_DIMS,
     RAW_DTYPES,
+    FrameTooDeep,
     decode_frame,
     encode_frame,
     is_frame,
@@ -471,3 +473,29 @@ def test_a_bad_object_array_is_refused(node: dict[str, object]) -> None:
     frame += b"\0" * (-len(frame) % 8)
     with pytest.raises(ValueError, match="object array"):
         decode_frame(frame)
+
+
+@pytest.mark.parametrize("levels", [1_000, 100_000])
+def test_a_frame_nested_past_the_recursion_limit_is_refused_before_it_is_parsed(
+        levels: int) -> None:
+    """Its header's depth is measured first (as a JSON body's is): refused as too deep,
+    saying so, where parsing it would have hit Python's recursion limit."""
+    tree = "[" * levels + "]" * levels
+    header = json.dumps({"arrays": [], "tree": 0}).replace("0}", tree + "}").encode()
+    frame = FRAME_MAGIC + struct.pack("<I", len(header)) + header
+    frame += b"\0" * (-len(frame) % 8)
+    with pytest.raises(FrameTooDeep, match=f"nests {levels + 1} levels deep"):
+        decode_frame(frame)
+
+
+def test_the_deepest_trees_the_writer_writes_are_read_back() -> None:
+    """The measure before parsing leaves room for the header around the tree: a tree at
+    the reader's limit, ending in an array or an object array, still decodes."""
+    objects = np.empty(2, dtype=object)
+    objects[0], objects[1] = np.arange(2), "x"
+    for leaf in (1, np.arange(3), objects):
+        deep: object = leaf
+        for _ in range(MAX_DEPTH - 1):
+            deep = [deep]
+        message = {"x": deep}  # the top object at depth 0: the innermost list at the limit
+        assert_identical(decode_frame(encode_frame(message)), message)
