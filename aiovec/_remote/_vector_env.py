@@ -130,6 +130,8 @@ class AsyncRemoteVectorEnv:
         self._broken: RemoteError | None = None  # why the connection ended, if it did
         self._busy = False
         self._ids = itertools.count(1)
+        #: The server's id of the session (``None`` before ``start``): it names the session
+        #: in the HTTP API (``GET /sessions/{id}``); only this client's token may use it.
         self.session_id: str | None = None
         self.metadata: dict[str, Any] = {}
 

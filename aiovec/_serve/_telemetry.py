@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from aiovec._serve._metrics import CONTENT_TYPE, Metrics
+from aiovec._serve._operations import OPERATIONS
 from aiovec._serve._sessions import Session
 
 __all__ = ["Telemetry"]
@@ -61,11 +62,17 @@ class Telemetry:
     def content_type(self) -> str:
         return CONTENT_TYPE
 
-    def operation_failed(self, op: str, seconds: float) -> None:
-        """An operation refused, failed or cancelled (its latency counts all the same)."""
-        self._operations.inc(op=op, outcome="failed")
+    def operation_failed(self, op: str, seconds: float, *, cancelled: bool = False) -> None:
+        """An operation refused or failed (outcome ``failed``), or ``cancelled`` (by the
+        client, or its connection going); its latency counts all the same."""
+        self._operations.inc(op=op, outcome="cancelled" if cancelled else "failed")
         if op != "send":
             self._latency.observe(seconds, op=op)
+
+    def cancelled_before_it_ran(self, op: str) -> None:
+        """An operation the client cancelled before it started (waiting its turn)."""
+        if op in OPERATIONS:  # an unknown op is no operation: it is refused as not_found
+            self._operations.inc(op=op, outcome="cancelled")
 
     def render(self) -> str:
         return self.metrics.render()

@@ -111,8 +111,9 @@ async def perform(session: Session, op: str, request: Mapping[str, Any],
         if isinstance(error, AiovecError):  # a sub-env's failure: its group derives from it
             raise
         raise ServeError("invalid", str(error)) from None
-    except BaseException:
-        telemetry.operation_failed(op, time.perf_counter() - started)
+    except BaseException as error:
+        telemetry.operation_failed(op, time.perf_counter() - started,
+                                   cancelled=isinstance(error, anyio.get_cancelled_exc_class()))
         raise
     telemetry.operation_done(session, op, time.perf_counter() - started, result,
                              restarts_in(result))

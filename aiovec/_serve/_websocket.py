@@ -180,25 +180,31 @@ class _Connection:
         """Answer one request; False once the client asked to close."""
         if request.op == "close":
             return False
-        if request.request_id in self.cancelled:
+        telemetry = self.server.telemetry
+        if request.request_id in self.cancelled:  # cancelled while it waited in the queue
             del self.cancelled[request.request_id]
+            telemetry.cancelled_before_it_ran(request.op)
             await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
             return True
         scope = anyio.CancelScope()  # a cancel reaches it from now, its turn awaited or not
         self.running = (request.request_id, scope)
+        performed = False
         try:
             with scope:
                 # The turn is for the step only: the answer is sent after, so a client that
                 # stops reading holds up no one but itself.
                 async with self.server.turn_for(self.session), self.session.use():
+                    performed = True  # ``perform`` counts it, however it ends
                     result = await perform(self.session, request.op, request.fields,
-                                           self.server.telemetry, big=request.big)
+                                           telemetry, big=request.big)
         except Exception as error:
             await self.refuse(request.request_id, request.binary, error)
             return True
         finally:
             self.running = None
         if scope.cancelled_caught:
+            if not performed:  # cancelled while it waited for its turn
+                telemetry.cancelled_before_it_ran(request.op)
             await self.refuse(request.request_id, request.binary, _CANCELLED_BY_CLIENT)
         else:
             await self.answer(request.request_id, request.binary, {"ok": True, **result})
