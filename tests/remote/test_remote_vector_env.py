@@ -93,6 +93,8 @@ async def test_a_deadline_cancels_the_servers_step(serve: Any) -> None:
         assert timed_out.value.env_ids == (0,)
         assert remote.session_id is not None
         await until_idle(server, remote.session_id)  # the 3 s step was cancelled
+        with pytest.raises(aiovec.ResetNeededError):  # its episode is off, as locally
+            await remote.step(np.array([1]), timeout=30)
         # (A thread cannot be interrupted: the reset waits for the abandoned step to end.)
         obs, _ = await remote.reset(seed=1, timeout=30)
         assert obs.shape == (1, 4)
