@@ -128,10 +128,13 @@ def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
 
 #: The name of every parent worker's thread (``aiovec._backends._process._parent_worker``).
 PARENT_WORKER_THREAD = "aiovec-parent-worker-"
+#: The thread backend's sub-env threads (``_backends/_thread.py``).
+SUB_ENV_THREAD = "aiovec-env-"
 
 
 def end_abandoned_parent_workers(timeout: float = 20.0) -> None:
-    """Release hung sub-env calls, then join every parent worker thread still running.
+    """Release hung sub-env calls, then join every parent worker thread still running (and,
+    when some call was hung, every thread-backend sub-env thread).
 
     A parent worker abandoned at a deadline keeps its socket and its view of the shared
     memory until the call it is stuck in returns, then closes both (as a thread-backend
@@ -141,9 +144,13 @@ def end_abandoned_parent_workers(timeout: float = 20.0) -> None:
 
     from aiovec.testing import release_hangs
 
-    release_hangs()
+    released = release_hangs()
     deadline = time.monotonic() + timeout
     for thread in threading.enumerate():
         if thread.name.startswith(PARENT_WORKER_THREAD):
             thread.join(max(0.0, deadline - time.monotonic()))
             assert not thread.is_alive(), f"{thread.name} still runs {timeout} s on"
+        elif released and thread.name.startswith(SUB_ENV_THREAD):
+            # A thread-backend sub-env abandoned at a deadline, released just now, closes its
+            # env as it ends, and a fault ledger's file with it: counted once it has.
+            thread.join(max(0.0, deadline - time.monotonic()))

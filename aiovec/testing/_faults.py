@@ -109,11 +109,13 @@ _hangs_lock = threading.Lock()
 _hangs: set[threading.Event] = set()
 
 
-def release_hangs() -> None:
-    """End every ``hang`` fault in progress in this process (its call then raises)."""
+def release_hangs() -> int:
+    """End every ``hang`` fault in progress in this process (its call then raises); returns
+    how many there were."""
     with _hangs_lock:
         for event in _hangs:
             event.set()
+        return len(_hangs)
 
 
 def _hang(seconds: float) -> None:
