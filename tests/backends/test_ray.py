@@ -238,11 +238,18 @@ def test_ray_started_by_aiovec_serves_every_later_vector_env() -> None:
         import anyio, gymnasium as gym, numpy as np, ray
         import aiovec
         fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+        # print() writes its arguments and the newline one by one: two threads printing
+        # at once interleave ("parallel 0parallel 1 [1.0, 1.0]"), so lines go out whole.
+        printing = threading.Lock()
+
+        def report(name, rewards):
+            with printing:
+                print(f"{name} {rewards}", flush=True)
 
         def shim_round(name, **options):
             envs = aiovec.VectorEnv(fns, backend="ray", address="local", **options)
             envs.reset(seed=0)
-            print(name, envs.step(np.array([0, 1]))[1].tolist(), flush=True)
+            report(name, envs.step(np.array([0, 1]))[1].tolist())
             envs.close()
 
         for index in range(3):
@@ -261,7 +268,7 @@ def test_ray_started_by_aiovec_serves_every_later_vector_env() -> None:
         async def awaited():
             async with aiovec.AsyncVectorEnv(fns, address="local") as envs:
                 await envs.reset(seed=0)
-                print("awaited", (await envs.step(np.array([1, 1])))[1].tolist(), flush=True)
+                report("awaited", (await envs.step(np.array([1, 1])))[1].tolist())
 
         anyio.run(awaited, backend="asyncio")
         anyio.run(awaited, backend="trio")
