@@ -39,7 +39,7 @@ from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._health import Health
-from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
+from aiovec._core._in_flight import USE_DEFAULT, CallerDeadline, InFlight, Timeout
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import check_out, copy_into, copy_observations
 from aiovec._core._recovery import Recovery
@@ -163,7 +163,7 @@ class Engine:
             replies, broken = await self._gather(in_flight, timeout)
             indices = list(in_flight.env_indices)
             restarted = None
-            if broken and self._restart_policy is not None:
+            if broken and self._restarts(in_flight):
                 payloads = dict(zip(indices, in_flight.payloads))
                 restarted = await self._restart_or_abandon(
                     in_flight, broken, {index: payloads[index] for index in broken})
@@ -222,7 +222,7 @@ class Engine:
             else:
                 self._step_counts.add_all()
             restarted = None
-            if broken and self._restart_policy is not None:
+            if broken and self._restarts(in_flight):
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
                 previous = {index: results.row(index) for index in broken}
                 restarted = await self._restart_or_abandon(
@@ -248,6 +248,12 @@ class Engine:
             return result
         finally:
             self._release(in_flight)
+
+    def _restarts(self, in_flight: InFlight) -> bool:
+        """Whether the broken sub-envs of ``in_flight`` are restarted: under a restart
+        policy, unless some missed a deadline that was the caller's (``CallerDeadline``)."""
+        return self._restart_policy is not None and (in_flight.restart_late
+                                                     or not in_flight.late)
 
     def _refuse_misfits(self, in_flight: InFlight, replies: list[Any],
                         broken: dict[int, str]) -> None:
@@ -299,7 +305,7 @@ class Engine:
         seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
         deadline = None if seconds is None else anyio.current_time() + seconds
-        first.sent(pending, deadline, seconds)
+        first.sent(pending, deadline, seconds, restart_late=type(seconds) is not CallerDeadline)
 
     async def _wait_for_results(self, first: FirstReady, count: int) -> None:
         deadline = first.next_deadline()
@@ -314,12 +320,14 @@ class Engine:
         late = first.expire(anyio.current_time())
         if not late:
             return
-        late_ids = [env_index for env_index, _ in late]
+        late_ids = [env_index for env_index, _, _ in late]
         self._counters.timeouts += len(late)
         self._backend.discard(late_ids)
         self._health.need_reset(self._backend.lost_envs())
         first.collect()  # co-hosted sub-envs of a killed worker fail now
-        for env_index, seconds in late:
+        for env_index, seconds, restart_late in late:
+            if not restart_late:
+                first.unrestartable.add(env_index)
             error = EnvTimeoutError("step", [env_index], seconds)
             first.ready[env_index] = Failure(env_index, "step", error,
                                              f"step timed out after {seconds:g} s", "")
@@ -334,7 +342,9 @@ class Engine:
             env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
-        if broken and self._restart_policy is not None:
+        # Missed the caller's own deadline (``CallerDeadline``): nothing is restarted.
+        caller_late = bool(broken) and not first.unrestartable.isdisjoint(broken)
+        if broken and self._restart_policy is not None and not caller_late:
             previous = {env_index: self._results.row(env_index) for env_index in broken}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
             # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
@@ -411,6 +421,7 @@ class Engine:
         """
         deadline = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         in_flight.deadline = deadline
+        in_flight.restart_late = type(deadline) is not CallerDeadline
         try:
             assert in_flight.pending is not None
             if deadline is None:  # no cancel scope of our own: the caller's still apply

@@ -45,14 +45,17 @@ class Restarted(NamedTuple):
 class FirstReady:
     """The sub-envs sent an action and not received yet, and their results."""
 
-    __slots__ = ("arrivals", "deadlines", "in_flight", "ready", "receiving")
+    __slots__ = ("arrivals", "deadlines", "in_flight", "ready", "receiving", "unrestartable")
 
     def __init__(self, arrivals: Arrivals) -> None:
         self.arrivals = arrivals
         #: env index -> (its request, its position there), until its result lands.
         self.in_flight: dict[int, tuple[Pending, int]] = {}
-        #: env index -> (deadline on the loop's clock, the timeout it came from).
-        self.deadlines: dict[int, tuple[float, float]] = {}
+        #: env index -> (deadline on the loop's clock, the timeout it came from, whether a
+        #: sub-env late for it is restarted: not when it was the caller's own deadline).
+        self.deadlines: dict[int, tuple[float, float, bool]] = {}
+        #: Sub-envs given up on at the caller's own deadline, until received: not restarted.
+        self.unrestartable: set[int] = set()
         #: env index -> its reply, in landing order, until a ``recv`` returns it.
         self.ready: dict[int, Any] = {}
         self.receiving = False
@@ -66,14 +69,15 @@ class FirstReady:
         in_flight, ready = self.in_flight, self.ready
         return [env for env in env_ids if env in in_flight or env in ready]
 
-    def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
+    def sent(self, pending: Pending, deadline: float | None, timeout: float | None, *,
+             restart_late: bool = True) -> None:
         """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
         in_flight = self.in_flight
         for position, env_index in enumerate(pending.env_indices):
             in_flight[env_index] = (pending, position)
         if deadline is not None and timeout is not None:
             for env_index in pending.env_indices:
-                self.deadlines[env_index] = (deadline, timeout)
+                self.deadlines[env_index] = (deadline, timeout, restart_late)
 
     def collect(self) -> None:
         """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on,
@@ -90,17 +94,18 @@ class FirstReady:
 
     def next_deadline(self) -> float:
         """The earliest deadline of a sub-env still stepping (``inf``: none)."""
-        return min((deadline for deadline, _ in self.deadlines.values()), default=math.inf)
+        return min((deadline for deadline, _, _ in self.deadlines.values()), default=math.inf)
 
-    def expire(self, now: float) -> list[tuple[int, float]]:
-        """Give up on the sub-envs whose deadline passed → ``(env index, timeout)`` each.
+    def expire(self, now: float) -> list[tuple[int, float, bool]]:
+        """Give up on the sub-envs whose deadline passed → ``(env index, timeout, whether to
+        restart it)`` each.
 
         A result that landed but is not collected yet (a thread delivers at any moment) is
         not late.
         """
-        late = [(env_index, timeout) for env_index, (deadline, timeout) in self.deadlines.items()
-                if deadline <= now and not self._landed(env_index)]
-        for env_index, _ in late:
+        late = [(env_index, timeout, restart) for env_index, (deadline, timeout, restart)
+                in self.deadlines.items() if deadline <= now and not self._landed(env_index)]
+        for env_index, _, _ in late:
             del self.deadlines[env_index]
             del self.in_flight[env_index]
         return late
@@ -120,6 +125,7 @@ class FirstReady:
 
     def forget(self, env_ids: Any) -> None:
         """Drop the waiting results of ``env_ids`` (they were received, or reset)."""
-        ready = self.ready
+        ready, unrestartable = self.ready, self.unrestartable
         for env_index in env_ids:
             ready.pop(env_index, None)
+            unrestartable.discard(env_index)

@@ -10,7 +10,7 @@ from typing import Any, Final
 from aiovec._core._backend import Pending
 from aiovec._core._requests import NO_REPLY, Failure, Op
 
-__all__ = ["START_TIMEOUT", "USE_DEFAULT", "InFlight", "Timeout"]
+__all__ = ["START_TIMEOUT", "USE_DEFAULT", "CallerDeadline", "InFlight", "Timeout"]
 
 
 class _UseDefault(enum.Enum):
@@ -21,6 +21,17 @@ class _UseDefault(enum.Enum):
 
 USE_DEFAULT: Final = _UseDefault.TOKEN
 Timeout = float | None | _UseDefault
+
+
+class CallerDeadline(float):
+    """``timeout=CallerDeadline(seconds)``: a deadline that is the caller's own, not the
+    sub-envs' (a remote client's, which ``aiovec.serve`` applies). The call must end by then,
+    so when a sub-env misses it nothing is restarted in the call, whatever the restart
+    policy: the late sub-envs are discarded as at any deadline (worker killed, thread
+    abandoned), the call raises ``EnvTimeoutError`` (or a group, with those that failed), and
+    the next reset makes them afresh."""
+
+    __slots__ = ()
 
 #: Default deadline (seconds) for making the sub-envs: ``start``, and remaking lost ones in
 #: ``reset`` without a restart policy. Imports and worker start-up can be slow; it is not
@@ -33,7 +44,7 @@ class InFlight:
     and not yet collected."""
 
     __slots__ = ("deadline", "early", "env_indices", "failed", "late", "op", "operation",
-                 "out", "payloads", "pending", "remake")
+                 "out", "payloads", "pending", "remake", "restart_late")
 
     def __init__(self, operation: str, op: Op, env_indices: Sequence[int],
                  payloads: Sequence[Any], pending: Pending | None,
@@ -49,6 +60,9 @@ class InFlight:
         self.early: dict[int, Failure] = {}
         self.deadline: float | None = None
         self.late: list[int] = []
+        #: False when the deadline is the caller's (``CallerDeadline``): a call that missed
+        #: it restarts nothing.
+        self.restart_late = True
         self.failed: list[Failure] = []
         #: The caller's buffer for the observations (``out=``, checked), or ``None``.
         self.out = out

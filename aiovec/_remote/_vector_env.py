@@ -2,8 +2,11 @@
 
 One WebSocket (``/ws``) carries the session: its first message opens it, and it is the
 session's lease: closing the env closes the connection and the server releases the sub-envs.
-Requests carry ids; a call that is cancelled or runs past its deadline sends ``cancel`` for
-its id, so the server stops that step too, and its late answer is skipped when it comes.
+Requests carry ids and the call's deadline (``timeout``), which the server applies to its
+sub-envs as a local deadline would: a late one is given up on there when the client gives up
+on it, so the session can be reset at once. A call that is cancelled, or that the server does
+not answer within ``TRANSPORT_GRACE`` seconds of its deadline, sends ``cancel`` for its id, so
+the server stops that step too, and its late answer is skipped when it comes.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import contextlib
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, Literal
 
@@ -23,12 +27,15 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker
+from aiovec._core._arguments import check_count
+from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._seeding import per_env_seeds
 from aiovec._exceptions import (
     BusyError,
     ClosedError,
     EnvTimeoutError,
+    NothingSentError,
     NotStartedError,
     RemoteError,
     ResetNeededError,
@@ -44,6 +51,10 @@ __all__ = ["AsyncRemoteVectorEnv"]
 Encoding = Literal["binary", "json"]
 #: How long a cancelled call may take to tell the server, and closing to say goodbye.
 _GOODBYE_SECONDS = 2.0
+#: Seconds past a call's deadline the client waits for the server's answer (which the server
+#: sends at the deadline: ``timeout`` if sub-envs were late) before it gives up on its own:
+#: room for the network and a loaded server, and the bound when the server is stalled.
+TRANSPORT_GRACE = 2.0
 
 
 def _arrays(value: Any, space: spaces.Space[Any]) -> Any:
@@ -84,13 +95,14 @@ def _rejection(rejected: WebSocketRejected) -> RemoteError:
     return RemoteError(code, detail, rejected.status)
 
 
-def _refusal(reply: Mapping[str, Any], operation: str) -> Exception:
+def _refusal(reply: Mapping[str, Any], operation: str,
+             deadline: float | None = None) -> Exception:
     """The error a refusal from the server stands for, as the local env would raise it."""
     code, detail = str(reply.get("error")), str(reply.get("detail", ""))
     env_ids = [int(index) for index in reply.get("env_ids", ()) or ()]
     status = CODES.get(code)
     if code == "timeout":
-        return EnvTimeoutError(operation, env_ids, None)
+        return EnvTimeoutError(operation, env_ids, deadline)
     if code == "reset_needed":
         return ResetNeededError(detail)
     if code == "busy":
@@ -98,6 +110,16 @@ def _refusal(reply: Mapping[str, Any], operation: str) -> Exception:
     if code == "unknown_session":  # reaped, or closed by its owner elsewhere
         return ServerGoneError(code, detail, status, env_ids)
     return RemoteError(code, detail, status, env_ids)
+
+
+class _Call:
+    """A request claimed and not answered yet: ``_begin`` makes it, ``_finish`` sends it."""
+
+    __slots__ = ("deadline", "message", "op", "reset_ids")
+
+    def __init__(self, op: str, message: dict[str, Any], deadline: float | None) -> None:
+        self.op, self.message, self.deadline = op, message, deadline
+        self.reset_ids: list[int] = []
 
 
 class AsyncRemoteVectorEnv:
@@ -128,8 +150,16 @@ class AsyncRemoteVectorEnv:
         self._socket: WebSocket | None = None
         self._closed = False
         self._broken: RemoteError | None = None  # why the connection ended, if it did
-        self._busy = False
+        self._running: str | None = None  # the call in progress, if any
         self._ids = itertools.count(1)
+        self._has_reset = False
+        # First-ready batches: ``send`` requests not sent yet, those sent and not answered
+        # (request id -> env ids), and the sub-envs owing a result (-> when it is due).
+        self._queued: list[dict[str, Any]] = []
+        self._unacked: dict[int, list[int]] = {}
+        self._owed: dict[int, float | None] = {}
+        self._deferred: Exception | None = None  # a send's refusal, raised by the next call
+        self._checkers: dict[int, ActionChecker] = {}
         #: The server's id of the session (``None`` before ``start``): it names the session
         #: in the HTTP API (``GET /sessions/{id}``); only this client's token may use it.
         self.session_id: str | None = None
@@ -214,27 +244,191 @@ class AsyncRemoteVectorEnv:
                     options: dict[str, Any] | None = None,
                     timeout: Timeout = USE_DEFAULT) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs → ``(obs, infos)``; ``seed`` as for ``AsyncVectorEnv``."""
-        seeds = per_env_seeds(seed, self.num_envs)  # the caller's mistake, refused here
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
-        fields: dict[str, Any] = {"seed": None if seed is None else seeds}
-        if options is not None:
-            fields["options"] = options
-        reply = await self._request("reset", fields, timeout)
-        return _arrays(reply["observations"], self.observation_space), _infos(reply["infos"])
+        call = self._begin_reset(seed, options, timeout)
+        return self._reset_result(call, await self._finish(call))
 
     async def step(self, actions: Any, *, timeout: Timeout = USE_DEFAULT
                    ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
                               np.ndarray[Any, Any], dict[str, Any]]:
         """Step every sub-env → ``(obs, rewards, terminations, truncations, infos)``; the
         actions are checked here first, as ``AsyncVectorEnv`` checks them."""
+        call = self._begin_step(actions, timeout)
+        return self._step_result(await self._finish(call))
+
+    def send(self, actions: Any, env_ids: Any = None, *, timeout: Timeout = USE_DEFAULT
+             ) -> None:
+        """Start stepping sub-envs ``env_ids`` (default: all) with ``actions``, one each;
+        ``recv`` collects their results, first finished first (``AsyncVectorEnv.send``).
+
+        Checked here as locally (``ValueError``, ``BusyError`` for a sub-env whose result is
+        still owed, ``ResetNeededError`` before the first reset), and returns at once. The
+        request goes out with the next call on this env (``recv``, as a rule right after);
+        each sub-env's ``timeout`` runs from then, on the server. A refusal only the server
+        can make (a sub-env it knows needs a reset) is raised by that call.
+        """
+        self._raise_deferred()
+        self._check_open("send")
+        if self._running not in (None, "recv"):
+            raise BusyError(f"cannot send: another task is running {self._running} on this env")
+        if not self._has_reset:
+            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
+        ids = self._env_ids(env_ids)
+        owed = sorted(set(self._owed).intersection(ids))
+        if owed:
+            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
+                            "result is waiting for recv()")
+        checked = self._checker(len(ids)).check(actions, ids, copy=True)  # it waits in a queue
+        deadline = self._deadline(timeout)
+        message: dict[str, Any] = {"op": "send", "id": next(self._ids), "actions": checked,
+                                   "env_ids": ids}
+        due = None
+        if deadline is not None:
+            message["timeout"] = deadline
+            due = time.monotonic() + deadline
+        self._queued.append(message)
+        for env_index in ids:
+            self._owed[env_index] = due
+
+    async def recv(self, *, batch_size: int | None = None) -> StepBatch:
+        """The results of the first ``batch_size`` sub-envs to finish since ``send``
+        (default: the served session's), as ``AsyncVectorEnv.recv``: a ``StepBatch``.
+
+        Cancelling it loses nothing. A failed or timed-out sub-env raises as ``step`` does
+        (the other results of that batch stay on the server's side of the error)."""
+        self._raise_deferred()
+        self._check_open("recv")
+        size = check_count(batch_size, "batch_size", self.num_envs)
+        if not self._owed:
+            raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
+                                   "first), or every result was received already")
+        dues = list(self._owed.values())
+        # The server gives up on a late sub-env at its deadline: past the latest one, wait
+        # only for the transport.
+        deadline = None if None in dues else max(
+            0.0, max(due for due in dues if due is not None) - time.monotonic())
+        call = self._begin("recv", {"batch_size": size}, deadline, tell_server=False)
+        reply = await self._finish(call, refusals=False)
+        if not reply.get("ok"):  # the batch was received all the same: its sub-envs owe none
+            self._forget(int(index) for index in reply.get("received", ()) or ())
+            raise _refusal(reply, "recv", deadline)
+        env_ids = np.asarray(reply["env_ids"], dtype=np.intp)
+        self._forget(env_ids.tolist())
+        observations, rewards, terminations, truncations, infos = self._step_result(reply)
+        return StepBatch(observations, rewards, terminations, truncations, infos, env_ids)
+
+    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[StepBatch]:
+        """``recv`` batches as they complete, until nothing sent is left to receive (as
+        ``AsyncVectorEnv.batches``)."""
+        while self._owed:
+            yield await self.recv(batch_size=batch_size)
+
+    # ------------------------------------------------------------------ calls, in two phases
+
+    def _begin_reset(self, seed: int | Sequence[int | None] | None,
+                     options: dict[str, Any] | None, timeout: Timeout) -> _Call:
+        seeds = per_env_seeds(seed, self.num_envs)  # the caller's mistake, refused here
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
+        mask = None if options is None else options.get("reset_mask")
+        fields: dict[str, Any] = {"seed": None if seed is None else seeds}
+        if options is not None:
+            fields["options"] = options
+        call = self._begin("reset", fields, self._deadline(timeout))
+        call.reset_ids = (list(range(self.num_envs)) if mask is None
+                          else np.flatnonzero(np.asarray(mask)).tolist())
+        return call
+
+    def _reset_result(self, call: _Call, reply: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        self._has_reset = True
+        self._forget(call.reset_ids)  # results still waiting belonged to the old episodes
+        return _arrays(reply["observations"], self.observation_space), _infos(reply["infos"])
+
+    def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
+        self._raise_deferred()
         self._check_open("step")
+        if self._owed:
+            raise BusyError(f"cannot step: sub-env(s) {sorted(self._owed)} were sent actions "
+                            "with send(); recv() their results first")
         checked = self._actions.check(actions, copy=False)
-        reply = await self._request("step", {"actions": checked}, timeout)
+        return self._begin("step", {"actions": checked}, self._deadline(timeout))
+
+    def _step_result(self, reply: dict[str, Any]
+                     ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
+                                np.ndarray[Any, Any], dict[str, Any]]:
         return (_arrays(reply["observations"], self.observation_space),
                 np.asarray(reply["rewards"], dtype=np.float64),
                 np.asarray(reply["terminations"], dtype=np.bool_),
                 np.asarray(reply["truncations"], dtype=np.bool_), _infos(reply["infos"]))
+
+    def _begin(self, op: str, fields: dict[str, Any], deadline: float | None, *,
+               tell_server: bool = True) -> _Call:
+        """Claim the env for ``op`` (``BusyError`` if a call runs); ``_finish`` sends it."""
+        self._raise_deferred()
+        self._check_open(op)
+        if self._running is not None:
+            raise BusyError(f"cannot {op}: another task is running {self._running} on this env")
+        if deadline is not None and tell_server:
+            fields["timeout"] = deadline
+        self._running = op
+        return _Call(op, {"op": op, "id": next(self._ids), **fields}, deadline)
+
+    async def _start(self, call: _Call) -> float:
+        """Send ``call`` (after any queued ``send``) → when it went out. Cancelled meanwhile,
+        the env is released and nothing is owed."""
+        socket = self._check_open(call.op)
+        try:
+            await self._flush(socket)
+            await self._send(socket, call.message)
+        except BaseException:
+            self._release(call)
+            raise
+        return time.monotonic()
+
+    async def _finish(self, call: _Call, *, refusals: bool = True,
+                      timeout: float | None = None, started: float | None = None
+                      ) -> dict[str, Any]:
+        """Send ``call`` unless ``started`` (``_start``'s time), await its answer and release
+        the env; a refusal is raised (``refusals``) or returned.
+
+        The server answers by the call's deadline; past it and ``TRANSPORT_GRACE`` (or past
+        ``timeout`` seconds from now, if given), or if the caller is cancelled, the call is
+        abandoned: ``cancel`` is sent, its answer skipped when it comes."""
+        if started is None:
+            started = await self._start(call)
+        socket = self._check_open(call.op)
+        limit = None if call.deadline is None else \
+            started + call.deadline + TRANSPORT_GRACE - time.monotonic()
+        if timeout is not None:
+            limit = timeout if limit is None else min(limit, timeout)
+        answered = False
+        try:
+            with anyio.fail_after(max(limit, 0.0)) if limit is not None else nullcontext():
+                reply = await self._reply_to(socket, call.message["id"])
+            answered = True
+        except TimeoutError:  # the server did not answer in time (stalled, or too slow)
+            raise EnvTimeoutError(call.op, range(self.num_envs),
+                                  call.deadline if timeout is None else timeout) from None
+        finally:
+            self._release(call)
+            if not answered:
+                await self._abandon(socket, call.message["id"])
+        if refusals and not reply.get("ok"):
+            raise _refusal(reply, call.op, call.deadline)
+        return reply
+
+    async def _abandon_call(self, call: _Call) -> None:
+        """Give up on a started ``call`` (a sync client closed with it pending)."""
+        self._release(call)
+        if self._socket is not None:
+            await self._abandon(self._socket, call.message["id"])
+
+    def _release(self, call: _Call) -> None:
+        if self._running == call.op:
+            self._running = None
+
+    async def _flush_queued(self) -> None:
+        """Send the queued ``send`` requests now (the sync client's ``send`` does)."""
+        await self._flush(self._check_open("send"))
 
     # ------------------------------------------------------------------ the wire
 
@@ -249,31 +443,61 @@ class AsyncRemoteVectorEnv:
                                   "(or use async with)")
         return self._socket
 
-    async def _request(self, op: str, fields: dict[str, Any], timeout: Timeout
-                       ) -> dict[str, Any]:
-        socket = self._check_open(op)
-        if self._busy:
-            raise BusyError(f"cannot {op}: another task is running a call on this env")
+    def _raise_deferred(self) -> None:
+        """Raise the refusal of a ``send`` the server answered since the last call."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            raise deferred
+
+    def _deadline(self, timeout: Timeout) -> float | None:
+        """A call's deadline in seconds (``None``: none), checked as the local env checks it."""
         deadline = self.timeout if timeout is USE_DEFAULT else timeout
-        if isinstance(deadline, (int, float)) and not math.isfinite(deadline):
-            deadline = None
-        request_id = next(self._ids)
-        self._busy = True
-        answered = False
-        try:
-            with anyio.fail_after(deadline) if deadline is not None else nullcontext():
-                await self._send(socket, {"op": op, "id": request_id, **fields})
-                reply = await self._reply_to(socket, request_id)
-            answered = True
-        except TimeoutError:
-            raise EnvTimeoutError(op, range(self.num_envs), deadline) from None
-        finally:
-            self._busy = False
-            if not answered:
-                await self._abandon(socket, request_id)
-        if not reply.get("ok"):
-            raise _refusal(reply, op)
-        return reply
+        if deadline is None or (isinstance(deadline, (int, float)) and deadline == math.inf):
+            return None
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) \
+                or not deadline > 0 or math.isnan(deadline):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got "
+                             f"{deadline!r}")
+        return float(deadline)
+
+    def _env_ids(self, env_ids: Any) -> list[int]:
+        """``env_ids`` checked as ``AsyncVectorEnv.send`` checks them."""
+        if env_ids is None:
+            return list(range(self.num_envs))
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
+        listed: list[int] = ids.tolist()
+        if not listed:
+            raise ValueError("env_ids is empty: send at least one sub-env an action")
+        if min(listed) < 0 or max(listed) >= self.num_envs:
+            raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {listed}")
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"env_ids lists a sub-env twice: {listed}")
+        return listed
+
+    def _checker(self, count: int) -> ActionChecker:
+        if count == self.num_envs:
+            return self._actions
+        checker = self._checkers.get(count)
+        if checker is None:
+            checker = self._checkers[count] = ActionChecker(self.single_action_space, count,
+                                                            values=True)
+        return checker
+
+    def _forget(self, env_ids: Iterable[int]) -> None:
+        """Sub-envs that owe no result any more (received, or reset)."""
+        for env_index in env_ids:
+            self._owed.pop(env_index, None)
+
+    async def _flush(self, socket: WebSocket) -> None:
+        """Send the queued ``send`` requests; their answers are read with the next ones."""
+        queued = self._queued
+        while queued:
+            message = queued[0]
+            await self._send(socket, message)
+            queued.pop(0)
+            self._unacked[message["id"]] = message["env_ids"]
 
     async def _send(self, socket: WebSocket, message: dict[str, Any]) -> None:
         try:
@@ -302,7 +526,12 @@ class AsyncRemoteVectorEnv:
             answered = reply.get("id")
             if answered == request_id or (answered is None and not reply.get("ok")):
                 return reply  # (no id: the server could not read the request)
-            # else: the late answer of a call abandoned earlier
+            sent_to = self._unacked.pop(answered, None)  # type: ignore[arg-type]
+            if sent_to is not None and not reply.get("ok"):  # a send the server refused
+                self._forget(sent_to)
+                if self._deferred is None:
+                    self._deferred = _refusal(reply, "send")
+            # else: a send's acknowledgement, or the late answer of an abandoned call
 
     async def _abandon(self, socket: WebSocket, request_id: int) -> None:
         """Tell the server to cancel ``request_id`` (its answer is skipped when it comes)."""

@@ -25,8 +25,10 @@ class ServedEnv:
     backend: str = "thread"
     #: Sub-envs a session may hold (``num_envs`` from 1 to this).
     max_envs: int = 16
-    #: Seconds a sub-env's reset or step may take: the client gets 504 ``timeout`` and the
-    #: sub-env is restarted.
+    #: Seconds a sub-env's reset or step may take: past it the sub-env is restarted under
+    #: the session's restart policy (on unless ``vector_options`` say ``restart=False``), or
+    #: the client gets 504 ``timeout``. A client's shorter deadline applies instead (the
+    #: sub-env given up on, no restart; the serving guide's *Deadlines*).
     timeout: float | None = 10.0
     description: str = ""
     vector_options: Mapping[str, Any] = field(default_factory=dict)

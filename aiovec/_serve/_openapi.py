@@ -56,12 +56,15 @@ def openapi_document(env_ids: list[str], codes: list[str]) -> dict[str, Any]:
                            "responses": {"204": {"description": "closed"},
                                          **_answers(204, None, 401, 404)}}},
             "/sessions/{session_id}/reset": {"post": {
-                "summary": "Reset: {seed: int | [int|null] | null, options: object | null}",
+                "summary": "Reset: {seed: int | [int|null] | null, options: object | null, "
+                           "timeout: seconds | null}",
                 **operate}},
             "/sessions/{session_id}/step": {"post": {
-                "summary": "Step every sub-env: {actions: one per sub-env}", **operate}},
+                "summary": "Step every sub-env: {actions: one per sub-env, timeout: seconds | "
+                           "null}", **operate}},
             "/sessions/{session_id}/send": {"post": {
-                "summary": "Start stepping: {actions, env_ids: [int] | null}", **operate}},
+                "summary": "Start stepping: {actions, env_ids: [int] | null, timeout: seconds | "
+                           "null}", **operate}},
             "/sessions/{session_id}/recv": {"post": {
                 "summary": "The first-ready results: {batch_size: int | null}", **operate}},
         },

@@ -5,10 +5,17 @@ vector env, from a decoded request (a JSON object or a binary frame's tree) to a
 Every argument is checked here or by the vector env before any sub-env is sent anything: a
 client's wrong action, seed or id is refused (422 ``invalid``), never a sub-env failure to
 restart.
+
+A request may carry the client's deadline, ``"timeout"`` (seconds): where it is shorter
+than the served env's own, it is the call's deadline here (``CallerDeadline``), so a late
+sub-env is dealt with when the client gives up on it (its thread abandoned or its worker
+killed, made afresh at the next reset) and not only at the served deadline, and the session
+can be reset again at once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -16,7 +23,10 @@ import numpy as np
 from gymnasium import spaces
 
 from aiovec._core._actions import accepted_kinds
-from aiovec._serve._errors import ServeError
+from aiovec._core._first_ready import StepBatch
+from aiovec._core._in_flight import USE_DEFAULT, CallerDeadline, Timeout
+from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
+from aiovec._serve._errors import ServeError, refusal_of
 from aiovec._serve._sessions import Session
 
 __all__ = ["OPERATIONS", "Operation", "actions_from", "prepare", "restarts_in"]
@@ -96,6 +106,18 @@ def _seed(request: Mapping[str, Any], num_envs: int) -> Any:
     return seed  # checked (type, sign) by the vector env before anything is sent
 
 
+def _deadline(request: Mapping[str, Any], session: Session) -> Timeout:
+    """The call's deadline: the client's ``timeout`` where it is shorter than the served
+    env's (a ``CallerDeadline``), else the served env's own."""
+    seconds = request.get("timeout")
+    if seconds is None:
+        return USE_DEFAULT
+    if type(seconds) not in (int, float) or not (math.isfinite(seconds) and seconds > 0):
+        raise ServeError("invalid", "timeout: a positive number of seconds, or null")
+    served = session.envs.timeout
+    return CallerDeadline(seconds) if served is None or seconds < served else USE_DEFAULT
+
+
 def _env_ids(request: Mapping[str, Any], num_envs: int) -> list[int] | None:
     env_ids = request.get("env_ids")
     if env_ids is None:
@@ -146,7 +168,8 @@ async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(options, dict):
             raise ServeError("invalid", "options must be an object or null")
     observations, infos = await session.envs.reset(
-        seed=_seed(request, session.envs.num_envs), options=options)
+        seed=_seed(request, session.envs.num_envs), options=options,
+        timeout=_deadline(request, session))
     return {"observations": observations, "infos": infos, "restarted": _restarted(infos)}
 
 
@@ -154,7 +177,8 @@ async def step(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     envs = session.envs
     actions = actions_from(_required(request, "actions"), envs.action_space,
                            envs.single_action_space)
-    observations, rewards, terminations, truncations, infos = await envs.step(actions)
+    observations, rewards, terminations, truncations, infos = await envs.step(
+        actions, timeout=_deadline(request, session))
     session.steps += 1
     return {"observations": observations, "rewards": rewards, "terminations": terminations,
             "truncations": truncations, "infos": infos, "restarted": _restarted(infos)}
@@ -167,7 +191,8 @@ async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     env_ids = _env_ids(request, envs.num_envs)
     batched = envs.action_space if env_ids is None else \
         session.batched_action_space(len(env_ids))
-    envs.send(actions_from(request["actions"], batched, envs.single_action_space), env_ids)
+    envs.send(actions_from(request["actions"], batched, envs.single_action_space), env_ids,
+              timeout=_deadline(request, session))
     return {}
 
 
@@ -175,7 +200,18 @@ async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     batch_size = request.get("batch_size")
     if batch_size is not None and type(batch_size) is not int:
         raise ServeError("invalid", "batch_size must be an int or null")
-    batch = await session.envs.recv(batch_size=batch_size)
+    try:
+        batch = await session.envs.recv(batch_size=batch_size)
+    except (EnvTimeoutError, SubEnvErrorGroup) as error:
+        # The batch is received even so (its healthy rows ride on the error locally): the
+        # client is told which sub-envs it held, so it knows they owe nothing any more.
+        partial = error.partial_result
+        if isinstance(partial, StepBatch):
+            refused = refusal_of(error)
+            assert refused is not None
+            refused.extra["received"] = partial.env_ids.tolist()
+            raise refused from None
+        raise
     session.steps += 1
     return {"observations": batch.observations, "rewards": batch.rewards,
             "terminations": batch.terminations, "truncations": batch.truncations,

@@ -4,10 +4,12 @@ cancellation reach the server; a server's refusals, restarts and death are clear
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -17,7 +19,9 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._remote._vector_env import TRANSPORT_GRACE
 from aiovec.remote import AsyncRemoteVectorEnv, RemoteVectorEnv
+from aiovec.testing import release_hangs
 from tests.leaks import wait_until
 from tests.serve.apps import ENVS, TOKENS
 from tests.serve.conftest import Server, launch
@@ -49,6 +53,16 @@ async def until_idle(server: Server, session: str) -> None:
         with anyio.fail_after(30):
             while (await client.get(f"/sessions/{session}")).json()["busy"]:  # noqa: ASYNC110
                 await anyio.sleep(0.01)  # another process: there is no event to wait on
+
+
+@contextlib.asynccontextmanager
+async def ending_local_hangs() -> AsyncIterator[None]:
+    """End the hangs of this process's abandoned sub-env threads on the way out (those of
+    the server's end on their own, in its process)."""
+    try:
+        yield
+    finally:
+        release_hangs()
 
 
 @ENCODINGS
@@ -91,13 +105,87 @@ async def test_a_deadline_cancels_the_servers_step(serve: Any) -> None:
             await remote.step(np.array([1]))
         assert isinstance(timed_out.value, TimeoutError)
         assert timed_out.value.env_ids == (0,)
+        assert timed_out.value.timeout == 0.5
         assert remote.session_id is not None
-        await until_idle(server, remote.session_id)  # the 3 s step was cancelled
+        await until_idle(server, remote.session_id)  # the 3 s step was given up on
         with pytest.raises(aiovec.ResetNeededError):  # its episode is off, as locally
             await remote.step(np.array([1]), timeout=30)
-        # (A thread cannot be interrupted: the reset waits for the abandoned step to end.)
-        obs, _ = await remote.reset(seed=1, timeout=30)
+        obs, _ = await remote.reset(seed=1)
         assert obs.shape == (1, 4)
+
+
+@pytest.mark.parametrize("env_id", ["Hung-v0", "HungProcess-v0"])
+async def test_after_a_deadline_a_reset_with_the_same_deadline_succeeds(serve: Any,
+                                                                       env_id: str) -> None:
+    """The client's deadline is the call's deadline on the server: the hung sub-env is given
+    up on there at 0.5 s (its thread abandoned, its worker killed), not at the served env's
+    own 30 s, so a reset with the same 0.5 s makes it afresh at once, as locally (where the
+    resets after a remote timeout had all timed out until the server's step ended)."""
+    server: Server = serve("open")
+    backend = "process" if env_id == "HungProcess-v0" else "thread"
+    local = aiovec.AsyncVectorEnv([ENVS[env_id].env_fn], backend=backend, timeout=0.5)
+    async with local, AsyncRemoteVectorEnv(server.url, env_id, 1, timeout=0.5) as remote, \
+            ending_local_hangs():
+        for envs in (local, remote):
+            await envs.reset(seed=0)
+            with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+                await envs.step(np.zeros(1))
+            assert timed_out.value.env_ids == (0,), envs
+            began = anyio.current_time()
+            obs, _ = await envs.reset(seed=1)  # made afresh: its first step would hang again
+            assert anyio.current_time() - began < 0.5 + TRANSPORT_GRACE, envs
+            assert obs.shape == (1, 4)
+            with pytest.raises(aiovec.EnvTimeoutError):
+                await envs.step(np.zeros(1))
+            await envs.reset(seed=2)
+
+
+@pytest.mark.parametrize("env_id", ["Hung-v0", "HungProcess-v0"])
+async def test_after_a_cancelled_call_recovery_is_as_local(serve: Any, env_id: str) -> None:
+    """A cancelled step leaves what a local one leaves: the sub-env owes its step, so the
+    first reset waits for it until its deadline (then gives up on it, EnvTimeoutError), and
+    the next one makes it afresh; remote and local go through the same outcomes."""
+    server: Server = serve("open")
+    backend = "process" if env_id == "HungProcess-v0" else "thread"
+    local = aiovec.AsyncVectorEnv([ENVS[env_id].env_fn], backend=backend, timeout=0.5)
+    outcomes: dict[str, list[str]] = {}
+    async with local, AsyncRemoteVectorEnv(server.url, env_id, 1, timeout=0.5) as remote, \
+            ending_local_hangs():
+        for name, envs in (("local", local), ("remote", remote)):
+            await envs.reset(seed=0)
+            with anyio.move_on_after(0.5) as scope:
+                await envs.step(np.zeros(1), timeout=None)
+            assert scope.cancelled_caught
+            seen = outcomes[name] = []
+            while not seen or seen[-1] != "ok":
+                assert len(seen) < 5, seen
+                try:
+                    await envs.reset(seed=1)
+                    seen.append("ok")
+                except aiovec.EnvTimeoutError:
+                    seen.append("timeout")
+    assert outcomes["remote"] == outcomes["local"] == ["timeout", "ok"]
+
+
+async def test_a_wrong_deadline_is_refused_before_anything_is_sent(serve: Any) -> None:
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "CartPole-v1", 1, timeout=5) as remote:
+        await remote.reset(seed=0)
+        for timeout in (0, -1, float("nan"), "1", True):
+            with pytest.raises(ValueError, match="timeout"):
+                await remote.step(np.zeros(1, dtype=np.int64),
+                                  timeout=timeout)  # type: ignore[arg-type]
+        await remote.step(np.zeros(1, dtype=np.int64), timeout=float("inf"))  # no deadline
+    async with httpx.AsyncClient(base_url=server.url) as client:  # and on the server
+        session = (await client.post("/sessions", json={"env_id": "CartPole-v1",
+                                                        "num_envs": 1})).json()["session_id"]
+        for timeout in (-1, 0, "1", True, [1]):
+            refused = await client.post(f"/sessions/{session}/reset",
+                                        json={"timeout": timeout})
+            assert refused.status_code == 422 and refused.json()["error"] == "invalid"
+        assert (await client.post(f"/sessions/{session}/reset",
+                                  json={"timeout": 5})).status_code == 200
+        await client.delete(f"/sessions/{session}")
 
 
 async def test_cancelling_a_call_cancels_the_servers_step(serve: Any) -> None:
@@ -209,7 +297,7 @@ async def test_two_calls_at_once_are_refused_as_locally(serve: Any) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(remote.step, np.array([0]))
             with anyio.fail_after(30):
-                while not remote._busy:
+                while remote._running is None:
                     await anyio.lowlevel.checkpoint()
             with pytest.raises(aiovec.BusyError):
                 await remote.step(np.array([1]))

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from aiovec.serve import EnvServer, Limits, ServedEnv, run
-from aiovec.testing import EpisodeEnv
+from aiovec.testing import CountingEnv, EpisodeEnv, Fault, FaultyEnv
 
 #: Bearer tokens of the ``tokens`` server, by principal.
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
@@ -60,6 +60,27 @@ class BadCloseCartPole(gym.Wrapper[Any, Any, Any, Any]):
         raise RuntimeError("the simulator would not shut down")
 
 
+class FlakyCounter(CountingEnv):
+    """``CountingEnv`` (deterministic whatever the seed) whose episodes last 3 steps, and
+    whose every instance raises at its 5th step, 10th, ...: autoresets and restarts a
+    differential can compare."""
+
+    def __init__(self) -> None:
+        super().__init__(episode_length=3)
+        self.calls = 0
+
+    def step(self, action: int) -> Any:
+        self.calls += 1
+        if self.calls % 5 == 0:
+            raise RuntimeError(f"flaky at call {self.calls}")
+        return super().step(action)
+
+
+def hanging_env(seconds: float = 30.0) -> FaultyEnv:
+    """An env whose every instance hangs (``seconds``) at its first step."""
+    return FaultyEnv(0, faults=[Fault("hang", "step", at=0)], hang_seconds=seconds)
+
+
 class SequenceObservations(gym.Env[Any, Any]):
     """Observations in a ``Sequence`` space, which has no schema on the wire."""
 
@@ -81,6 +102,10 @@ ENVS: dict[str, ServedEnv] = {
     "Waiting-v0": ServedEnv(functools.partial(WaitingCartPole, 3.0), max_envs=2,
                             timeout=60.0),
     "Crashing-v0": ServedEnv(CrashingCartPole, max_envs=4),
+    "Flaky-v0": ServedEnv(FlakyCounter, max_envs=6),
+    # Served deadline 30 s: a client's shorter one is what ends a hung step.
+    "Hung-v0": ServedEnv(hanging_env, max_envs=2, timeout=30.0),
+    "HungProcess-v0": ServedEnv(hanging_env, backend="process", max_envs=2, timeout=30.0),
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
