@@ -342,16 +342,18 @@ class Engine:
             env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
-        # Missed the caller's own deadline (``CallerDeadline``): nothing is restarted.
-        caller_late = bool(broken) and not first.unrestartable.isdisjoint(broken)
-        if broken and self._restart_policy is not None and not caller_late:
+        # Those that missed the caller's own deadline (``CallerDeadline``) are not restarted.
+        restartable = {env_index: why for env_index, why in broken.items()
+                       if env_index not in first.unrestartable}
+        if restartable and self._restart_policy is not None:
             previous = {env_index: self._results.row(env_index) for env_index in broken}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
             # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
             claim = InFlight("recv (restarting sub-envs)", Op.STEP, list(broken), (), None)
             self._in_flight = claim
             try:
-                outcome = await self._restart(broken, {} if same_step else None, previous)
+                outcome = await self._restart(restartable, {} if same_step else None,
+                                              previous)
             except BaseException:  # the results stay waiting: the next recv retries
                 self._health.need_reset(list(broken))
                 raise
@@ -364,7 +366,8 @@ class Engine:
                 # Neighbours restarted with them (same worker) are cut short in this batch too.
                 restarted.update((env_index, reason) for env_index, reason in outcome.items()
                                  if env_index in batch_ids)
-                broken = {}
+                broken = {env_index: why for env_index, why in broken.items()
+                          if env_index not in outcome}
         # No await from here on: the results leave `ready` only with the finished batch.
         if answered_all:
             self._step_counts.add(env_ids)

@@ -80,7 +80,8 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         """The answer of ``reset_async``; ``timeout``: seconds to wait at most (``None``: the
         construction ``timeout``), then ``EnvTimeoutError``."""
         call, started = self._end_call("reset")
-        reply = self._driver.run(self._remote._finish, call, timeout=timeout, started=started)
+        reply = self._driver.run(self._remote._finish, call, timeout=timeout, started=started,
+                                 refusals=False)
         return self._remote._reset_result(call, reply)
 
     def step_async(self, actions: Any) -> None:

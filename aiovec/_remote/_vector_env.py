@@ -107,9 +107,20 @@ def _refusal(reply: Mapping[str, Any], operation: str,
         return ResetNeededError(detail)
     if code == "busy":
         return BusyError(detail)
+    if code == "nothing_sent":
+        return NothingSentError(detail)
     if code == "unknown_session":  # reaped, or closed by its owner elsewhere
         return ServerGoneError(code, detail, status, env_ids)
     return RemoteError(code, detail, status, env_ids)
+
+
+def _take(part: Any, rows: list[int]) -> Any:
+    """Rows ``rows`` of a batch's part (an array, or a dict or tuple of them)."""
+    if isinstance(part, dict):
+        return {key: _take(value, rows) for key, value in part.items()}
+    if isinstance(part, tuple):
+        return tuple(_take(value, rows) for value in part)
+    return part[rows] if isinstance(part, np.ndarray) else part
 
 
 class _Call:
@@ -157,8 +168,13 @@ class AsyncRemoteVectorEnv:
         # (request id -> env ids), and the sub-envs owing a result (-> when it is due).
         self._queued: list[dict[str, Any]] = []
         self._unacked: dict[int, list[int]] = {}
-        self._owed: dict[int, float | None] = {}
-        self._deferred: Exception | None = None  # a send's refusal, raised by the next call
+        self._owed: set[int] = set()
+        #: When each sent sub-env's deadline passes (``None``: it has none), once sent.
+        self._due: dict[int, float | None] = {}
+        # Abandoned recv requests, and the batches their answers brought all the same.
+        self._abandoned_recvs: set[int] = set()
+        self._stashed: list[StepBatch] = []
+        self._deferred: Exception | None = None  # a refusal to raise at the next call
         self._checkers: dict[int, ActionChecker] = {}
         #: The server's id of the session (``None`` before ``start``): it names the session
         #: in the HTTP API (``GET /sessions/{id}``); only this client's token may use it.
@@ -245,7 +261,7 @@ class AsyncRemoteVectorEnv:
                     timeout: Timeout = USE_DEFAULT) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs → ``(obs, infos)``; ``seed`` as for ``AsyncVectorEnv``."""
         call = self._begin_reset(seed, options, timeout)
-        return self._reset_result(call, await self._finish(call))
+        return self._reset_result(call, await self._finish(call, refusals=False))
 
     async def step(self, actions: Any, *, timeout: Timeout = USE_DEFAULT
                    ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
@@ -273,7 +289,7 @@ class AsyncRemoteVectorEnv:
         if not self._has_reset:
             raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
         ids = self._env_ids(env_ids)
-        owed = sorted(set(self._owed).intersection(ids))
+        owed = sorted(self._owed.intersection(ids))
         if owed:
             raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
                             "result is waiting for recv()")
@@ -281,38 +297,49 @@ class AsyncRemoteVectorEnv:
         deadline = self._deadline(timeout)
         message: dict[str, Any] = {"op": "send", "id": next(self._ids), "actions": checked,
                                    "env_ids": ids}
-        due = None
         if deadline is not None:
             message["timeout"] = deadline
-            due = time.monotonic() + deadline
         self._queued.append(message)
-        for env_index in ids:
-            self._owed[env_index] = due
+        self._owed.update(ids)
 
     async def recv(self, *, batch_size: int | None = None) -> StepBatch:
         """The results of the first ``batch_size`` sub-envs to finish since ``send``
         (default: the served session's), as ``AsyncVectorEnv.recv``: a ``StepBatch``.
 
-        Cancelling it loses nothing. A failed or timed-out sub-env raises as ``step`` does
-        (the other results of that batch stay on the server's side of the error)."""
+        Cancelling it loses nothing (a batch whose answer was already on its way waits for
+        the next ``recv``). A failed or timed-out sub-env raises as ``step`` does (the other
+        results of that batch stay on the server's side of the error)."""
         self._raise_deferred()
         self._check_open("recv")
         size = check_count(batch_size, "batch_size", self.num_envs)
+        if self._stashed:  # a cancelled recv's batch that came all the same: it waited here
+            batch = self._stashed.pop(0)
+            self._forget(batch.env_ids.tolist())
+            return batch
         if not self._owed:
             raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
                                    "first), or every result was received already")
-        dues = list(self._owed.values())
+        call = self._begin("recv", {"batch_size": size}, None, tell_server=False)
+        started = await self._start(call)  # queued sends first: then every deadline is known
+        dues = [self._due.get(env_index) for env_index in self._owed]
         # The server gives up on a late sub-env at its deadline: past the latest one, wait
         # only for the transport.
-        deadline = None if None in dues else max(
+        limit = None if None in dues else TRANSPORT_GRACE + max(
             0.0, max(due for due in dues if due is not None) - time.monotonic())
-        call = self._begin("recv", {"batch_size": size}, deadline, tell_server=False)
-        reply = await self._finish(call, refusals=False)
-        if not reply.get("ok"):  # the batch was received all the same: its sub-envs owe none
+        reply = await self._finish(call, refusals=False, timeout=limit, started=started)
+        if reply.get("ok"):  # after any batch a cancelled recv's late answer brought
+            self._stashed.append(self._batch(reply))
+        elif not (self._stashed and reply.get("error") == "nothing_sent"):
+            # A failed batch was received all the same: its sub-envs owe none.
             self._forget(int(index) for index in reply.get("received", ()) or ())
-            raise _refusal(reply, "recv", deadline)
+            self._raise_deferred()  # a refused send explains a recv with nothing to receive
+            raise _refusal(reply, "recv")
+        batch = self._stashed.pop(0)
+        self._forget(batch.env_ids.tolist())
+        return batch
+
+    def _batch(self, reply: dict[str, Any]) -> StepBatch:
         env_ids = np.asarray(reply["env_ids"], dtype=np.intp)
-        self._forget(env_ids.tolist())
         observations, rewards, terminations, truncations, infos = self._step_result(reply)
         return StepBatch(observations, rewards, terminations, truncations, infos, env_ids)
 
@@ -339,9 +366,30 @@ class AsyncRemoteVectorEnv:
         return call
 
     def _reset_result(self, call: _Call, reply: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """A reset's answer (``_finish(..., refusals=False)``'s) → ``(obs, infos)``, or its
+        refusal raised. Results still waiting for ``recv`` belonged to the old episodes: the
+        server dropped those of every sub-env it reset, also in a reset that failed for
+        others."""
+        if not reply.get("ok"):
+            if reply.get("error") in ("timeout", "sub_env_failed"):
+                failed = {int(index) for index in reply.get("env_ids", ()) or ()}
+                self._drop_waiting([index for index in call.reset_ids if index not in failed])
+            raise _refusal(reply, call.op, call.deadline)
         self._has_reset = True
-        self._forget(call.reset_ids)  # results still waiting belonged to the old episodes
+        self._drop_waiting(call.reset_ids)
         return _arrays(reply["observations"], self.observation_space), _infos(reply["infos"])
+
+    def _drop_waiting(self, env_ids: list[int]) -> None:
+        """Sub-envs reset: they owe nothing, and their stashed results are dropped."""
+        self._forget(env_ids)
+        dropped = set(env_ids)
+        kept = []
+        for batch in self._stashed:
+            rows = [row for row, index in enumerate(batch.env_ids.tolist())
+                    if index not in dropped]
+            if rows:
+                kept.append(StepBatch(*(_take(part, rows) for part in batch)))
+        self._stashed = kept
 
     def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
         self._raise_deferred()
@@ -374,7 +422,7 @@ class AsyncRemoteVectorEnv:
 
     async def _start(self, call: _Call) -> float:
         """Send ``call`` (after any queued ``send``) → when it went out. Cancelled meanwhile,
-        the env is released and nothing is owed."""
+        the env is released and no answer is owed."""
         socket = self._check_open(call.op)
         try:
             await self._flush(socket)
@@ -387,17 +435,19 @@ class AsyncRemoteVectorEnv:
     async def _finish(self, call: _Call, *, refusals: bool = True,
                       timeout: float | None = None, started: float | None = None
                       ) -> dict[str, Any]:
-        """Send ``call`` unless ``started`` (``_start``'s time), await its answer and release
+        """Send ``call`` unless ``started`` (``_start`` sent it), await its answer and release
         the env; a refusal is raised (``refusals``) or returned.
 
         The server answers by the call's deadline; past it and ``TRANSPORT_GRACE`` (or past
         ``timeout`` seconds from now, if given), or if the caller is cancelled, the call is
-        abandoned: ``cancel`` is sent, its answer skipped when it comes."""
+        abandoned: ``cancel`` is sent, its answer skipped when it comes (a ``recv``'s batch
+        kept for the next ``recv``)."""
         if started is None:
-            started = await self._start(call)
+            await self._start(call)
         socket = self._check_open(call.op)
-        limit = None if call.deadline is None else \
-            started + call.deadline + TRANSPORT_GRACE - time.monotonic()
+        # From now: the server answers by the deadline from when the request reached it,
+        # and an answer that came while the caller did other work is already here.
+        limit = None if call.deadline is None else call.deadline + TRANSPORT_GRACE
         if timeout is not None:
             limit = timeout if limit is None else min(limit, timeout)
         answered = False
@@ -411,6 +461,8 @@ class AsyncRemoteVectorEnv:
         finally:
             self._release(call)
             if not answered:
+                if call.op == "recv":  # a batch in its answer must not be lost
+                    self._abandoned_recvs.add(call.message["id"])
                 await self._abandon(socket, call.message["id"])
         if refusals and not reply.get("ok"):
             raise _refusal(reply, call.op, call.deadline)
@@ -488,7 +540,8 @@ class AsyncRemoteVectorEnv:
     def _forget(self, env_ids: Iterable[int]) -> None:
         """Sub-envs that owe no result any more (received, or reset)."""
         for env_index in env_ids:
-            self._owed.pop(env_index, None)
+            self._owed.discard(env_index)
+            self._due.pop(env_index, None)
 
     async def _flush(self, socket: WebSocket) -> None:
         """Send the queued ``send`` requests; their answers are read with the next ones."""
@@ -498,6 +551,10 @@ class AsyncRemoteVectorEnv:
             await self._send(socket, message)
             queued.pop(0)
             self._unacked[message["id"]] = message["env_ids"]
+            seconds = message.get("timeout")  # the server's clock for it starts about now
+            due = None if seconds is None else time.monotonic() + seconds
+            for env_index in message["env_ids"]:
+                self._due[env_index] = due
 
     async def _send(self, socket: WebSocket, message: dict[str, Any]) -> None:
         try:
@@ -526,12 +583,32 @@ class AsyncRemoteVectorEnv:
             answered = reply.get("id")
             if answered == request_id or (answered is None and not reply.get("ok")):
                 return reply  # (no id: the server could not read the request)
-            sent_to = self._unacked.pop(answered, None)  # type: ignore[arg-type]
-            if sent_to is not None and not reply.get("ok"):  # a send the server refused
+            if type(answered) is int:
+                self._late_answer(answered, reply)
+            # else: an answer to nothing this client asked
+
+    def _late_answer(self, request_id: int, reply: dict[str, Any]) -> None:
+        """An answer to an earlier request: a queued ``send``'s (a refusal is raised by the
+        next call), an abandoned ``recv``'s (its batch waits for the next ``recv``; its error
+        is raised by the next call), or another abandoned call's (skipped)."""
+        ok = reply.get("ok")
+        sent_to = self._unacked.pop(request_id, None)
+        if sent_to is not None:
+            if not ok:  # a send the server refused: those sub-envs owe nothing
                 self._forget(sent_to)
-                if self._deferred is None:
-                    self._deferred = _refusal(reply, "send")
-            # else: a send's acknowledgement, or the late answer of an abandoned call
+                self._defer(_refusal(reply, "send"))
+            return
+        if request_id in self._abandoned_recvs:
+            self._abandoned_recvs.discard(request_id)
+            if ok:
+                self._stashed.append(self._batch(reply))
+            elif reply.get("error") != "cancelled":  # (cancelled in time: nothing happened)
+                self._forget(int(index) for index in reply.get("received", ()) or ())
+                self._defer(_refusal(reply, "recv"))
+
+    def _defer(self, error: Exception) -> None:
+        if self._deferred is None:
+            self._deferred = error
 
     async def _abandon(self, socket: WebSocket, request_id: int) -> None:
         """Tell the server to cancel ``request_id`` (its answer is skipped when it comes)."""

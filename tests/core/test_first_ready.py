@@ -509,3 +509,33 @@ async def test_a_step_after_first_ready_episode_ends_needs_a_reset(backend: str)
         assert envs.unusable_envs == (0, 1)
         await envs.reset(seed=2)
         await envs.step(envs.action_space.sample())
+
+
+async def test_a_caller_deadline_spares_only_its_own_sub_envs_from_restarts(
+        anyio_backend: Any) -> None:
+    """``CallerDeadline`` (a remote client's, applied by ``aiovec.serve``): a sub-env late
+    for it is not restarted, while one in the same batch that failed under the env's own
+    deadline is, as the restart policy says."""
+    from aiovec._core._in_flight import CallerDeadline
+    from aiovec.testing import Fault, FaultyEnv, release_hangs
+
+    factories = [functools.partial(FaultyEnv, 0, faults=[Fault("hang", "step", at=0)]),
+                 functools.partial(FaultyEnv, 1, faults=[Fault("raise", "step", at=0)])]
+    try:
+        async with aiovec.AsyncVectorEnv(factories, backend="thread", restart=True) as envs:
+            await envs.reset(seed=0)
+            envs.send(np.zeros(1), [0], timeout=CallerDeadline(0.3))
+            envs.send(np.zeros(1), [1])
+            with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+                with anyio.fail_after(30):
+                    await envs.recv(batch_size=2)
+            assert timed_out.value.env_ids == (0,)
+            batch = timed_out.value.partial_result
+            assert batch.env_ids.tolist() in ([0, 1], [1, 0])
+            row = batch.env_ids.tolist().index(1)
+            assert batch.infos["_restart"][row] and batch.truncations[row]
+            assert envs.statistics().restarts == 1
+            assert envs.unusable_envs == (0,)
+            await envs.reset(seed=1)  # makes sub-env 0 afresh
+    finally:
+        release_hangs()

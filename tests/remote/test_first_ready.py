@@ -5,17 +5,22 @@ client's two-phase calls) against a real uvicorn on 127.0.0.1, compared with a l
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import gymnasium as gym
+import httpx
 import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 import aiovec
+from aiovec._remote import _vector_env as remote_module
 from aiovec.remote import AsyncRemoteVectorEnv, RemoteVectorEnv
 from aiovec.testing import release_hangs
+from tests.leaks import wait_until
 from tests.serve.apps import ENVS
 from tests.serve.conftest import Server
 
@@ -187,3 +192,116 @@ def test_the_sync_client_has_two_phase_and_first_ready_calls(serve: Any) -> None
         local.close()
     with pytest.raises(aiovec.ClosedError):
         remote.send(np.zeros(3, dtype=np.int64))
+
+
+def test_an_answer_that_came_while_the_caller_worked_is_not_lost(
+        serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``step_wait`` waits from its own call: the server answered by the deadline from when
+    the request reached it, so an answer that came while the caller did other work (longer
+    than the deadline and the grace) is there, not a timeout (the step was taken)."""
+    monkeypatch.setattr(remote_module, "TRANSPORT_GRACE", 0.05)
+    server: Server = serve("open")
+    remote = RemoteVectorEnv(server.url, "CartPole-v1", 2, timeout=0.2)
+    local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        remote.reset(seed=1)
+        local.reset(seed=1)
+        for step in range(3):
+            remote.step_async(np.array([step % 2, 1]))
+            time.sleep(0.5)  # the caller's own work, past the deadline and the grace
+            got = remote.step_wait()
+            expected = local.step(np.array([step % 2, 1]))
+            assert np.array_equal(got[0], expected[0]), step
+    finally:
+        remote.close()
+        local.close()
+
+
+async def test_a_sends_deadline_runs_from_when_it_went_out(
+        serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued ``send`` goes out with ``recv``; its sub-envs' deadlines run on the server
+    from then, and the client waits for them accordingly (it had counted from ``send``)."""
+    monkeypatch.setattr(remote_module, "TRANSPORT_GRACE", 0.05)
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "Waiting1s-v0", 1, timeout=1.8) as remote:
+        await remote.reset(seed=0)
+        remote.send(np.array([1]))
+        await anyio.sleep(1.0)  # the caller's own work: the request has not gone out yet
+        batch = await remote.recv()  # 1 s of stepping from now, within its 1.8 s
+        assert batch.env_ids.tolist() == [0]
+
+
+async def test_a_cancelled_recv_whose_answer_was_coming_loses_nothing(serve: Any) -> None:
+    """The recv is cancelled after the server answered it (the client, blocked meanwhile,
+    had not read the answer): the batch waits for the next recv instead of being skipped."""
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "CartPole-v1", 2) as remote:
+        await remote.reset(seed=0)
+        remote.send(np.array([0, 1]))
+        async with anyio.create_task_group() as group:
+            cancelled = anyio.CancelScope()
+
+            async def receive() -> None:
+                with cancelled:
+                    await remote.recv(batch_size=2)
+                    raise AssertionError("the recv should have been cancelled")
+
+            group.start_soon(receive)
+            with anyio.fail_after(30):
+                while remote._running != "recv" or remote._queued:
+                    await anyio.lowlevel.checkpoint()
+            # Blocking (no checkpoint): the recv task cannot read the answer meanwhile.
+            with httpx.Client(base_url=server.url) as client:
+                wait_until(lambda: client.get(f"/sessions/{remote.session_id}").json()[
+                    "steps"] == 1, 30, "the server to answer the recv")
+            cancelled.cancel()
+        with anyio.fail_after(30):
+            batch = await remote.recv()
+        assert sorted(batch.env_ids.tolist()) == [0, 1]
+        with pytest.raises(aiovec.NothingSentError):
+            await remote.recv()
+        remote.send(np.array([1, 1]))  # nothing owed any more
+        assert len((await remote.recv(batch_size=2)).env_ids) == 2
+
+
+async def test_a_failed_reset_drops_what_the_server_dropped(serve: Any) -> None:
+    """A reset that fails for one sub-env (past the client's deadline) still resets the
+    others, and the server drops their waiting results: so does the client."""
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "SeedHanging-v0", 2, timeout=0.5) as remote:
+        await remote.reset(seed=0)
+        remote.send(np.array([0]), [0])
+        failed: list[aiovec.EnvTimeoutError] = []
+        with anyio.fail_after(30):
+            while not failed:
+                try:
+                    await remote.reset(seed=[1, 666])  # sub-env 1 hangs (its seed)
+                except aiovec.BusyError:  # sub-env 0 was still stepping: not yet
+                    await anyio.sleep(0.01)
+                except aiovec.EnvTimeoutError as error:
+                    failed.append(error)
+        assert failed[0].env_ids == (1,)
+        with pytest.raises(aiovec.NothingSentError):  # as the server: nothing is owed
+            await remote.recv()
+        await remote.reset(seed=2)
+        remote.send(np.array([0]), [0])
+        assert (await remote.recv()).env_ids.tolist() == [0]
+
+
+async def test_a_refused_send_is_the_error_of_the_recv_it_went_out_with(serve: Any) -> None:
+    """After a step past the client's deadline the sub-env needs a reset, which the client
+    cannot know of before the server says so: the send is refused there, and the recv that
+    carried it raises that refusal (ResetNeededError), not the server's 'nothing sent'."""
+    server: Server = serve("open")
+    try:
+        async with AsyncRemoteVectorEnv(server.url, "Hung-v0", 1, timeout=0.5) as remote:
+            await remote.reset(seed=0)
+            with pytest.raises(aiovec.EnvTimeoutError):
+                await remote.step(np.zeros(1))
+            remote.send(np.zeros(1))
+            with pytest.raises(aiovec.ResetNeededError):
+                await remote.recv()
+            with pytest.raises(aiovec.NothingSentError):
+                await remote.recv()
+    finally:
+        release_hangs()

@@ -76,6 +76,19 @@ class FlakyCounter(CountingEnv):
         return super().step(action)
 
 
+class SeedHangingCartPole(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose reset with seed 666 hangs for 10 s (one sub-env of a batch can be made
+    to hang, by its seed)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        if seed == 666:
+            threading.Event().wait(10.0)
+        return super().reset(seed=seed, options=options)
+
+
 def hanging_env(seconds: float = 30.0) -> FaultyEnv:
     """An env whose every instance hangs (``seconds``) at its first step."""
     return FaultyEnv(0, faults=[Fault("hang", "step", at=0)], hang_seconds=seconds)
@@ -105,6 +118,9 @@ ENVS: dict[str, ServedEnv] = {
     "Flaky-v0": ServedEnv(FlakyCounter, max_envs=6),
     # Served deadline 30 s: a client's shorter one is what ends a hung step.
     "Hung-v0": ServedEnv(hanging_env, max_envs=2, timeout=30.0),
+    "SeedHanging-v0": ServedEnv(SeedHangingCartPole, max_envs=2, timeout=30.0),
+    "Waiting1s-v0": ServedEnv(functools.partial(WaitingCartPole, 1.0), max_envs=2,
+                              timeout=60.0),
     "HungProcess-v0": ServedEnv(hanging_env, backend="process", max_envs=2, timeout=30.0),
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
