@@ -90,12 +90,16 @@ class FrameTooDeep(ValueError):
 #: Levels of a frame's header around its tree: the header object, the arrays table and its
 #: entries, an array's reference below the deepest level.
 _HEADER_LEVELS = 4
+_BOOL = RAW_DTYPES["|b1"]
+#: Each raw dtype's type string, by dtype (``dtype.str`` is computed at every call).
+_CODES = {dtype: code for code, dtype in RAW_DTYPES.items()}
 _ARRAY_KEY = "$array"
 _OBJECTS_KEY = "$objects"
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _PREFIX = len(FRAME_MAGIC) + 4
 _ALIGNMENT = 8
 _PADDING = bytes(_ALIGNMENT)
+_HEADER_DECODER = json.JSONDecoder()
 # The tree it encodes is built afresh by _convert, so it cannot be circular.
 _HEADER_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
 
@@ -133,7 +137,9 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     """The message a frame carries, its arrays as writeable copies. Raises ``ValueError``
     saying what is wrong with a frame that is not one ``encode_frame`` could have written,
     or whose header is over ``max_header_size`` bytes or nests deeper than ``max_depth``."""
-    view = _byte_view(frame)
+    # bytes are sliced and read as they are (numpy reads the arrays straight out of them);
+    # any other buffer through a flat byte view.
+    view: bytes | memoryview = frame if type(frame) is bytes else _byte_view(frame)
     size = len(view)
     if size < _PREFIX:
         raise ValueError(f"not a frame: {size} bytes, fewer than the {_PREFIX} every frame "
@@ -162,15 +168,20 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
         if depth > bound:
             raise FrameTooDeep(f"the frame's header nests {depth} levels deep: its tree nests "
                                f"deeper than {max_depth} levels")
-    try:
-        header = json.loads(str(text, "utf-8"))
-    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-        raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
-    if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
-        raise ValueError("the frame's header must be a JSON object with 'arrays' and 'tree'")
-    arrays = _read_arrays(header["arrays"], view[data_start:])
+    tree, arrays = _known_layout(text, view, data_start)
+    if arrays is None:
+        try:
+            header = _HEADER_DECODER.decode(str(text, "utf-8"))
+        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+            raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
+        if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
+            raise ValueError("the frame's header must be a JSON object with 'arrays' and "
+                             "'tree'")
+        arrays = _read_arrays(header["arrays"], view, data_start)
+        tree = header["tree"]
+        _remember_layout(text, header["arrays"])
     used = [False] * len(arrays)
-    message = _rebuild(header["tree"], arrays, used, 0, max_depth)
+    message = _rebuild(tree, arrays, used, 0, max_depth)
     if not all(used):
         raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
     return message
@@ -199,16 +210,19 @@ class _Buffers:
 
     def add(self, array: np.ndarray[Any, Any]) -> dict[str, int] | None:
         """The placeholder for ``array`` as raw bytes, or ``None`` if its dtype goes as JSON."""
-        dtype = array.dtype
-        if dtype.str[0] == ">":
-            dtype = dtype.newbyteorder("<")
-            array = array.astype(dtype)
-        if dtype.str not in RAW_DTYPES:
-            return None
+        code = _CODES.get(array.dtype)  # the usual case: a little-endian raw dtype
+        if code is None:
+            dtype = array.dtype
+            if dtype.str[0] == ">":
+                dtype = dtype.newbyteorder("<")
+                array = array.astype(dtype)
+            if dtype.str not in RAW_DTYPES:
+                return None
+            code = dtype.str
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        offset = _aligned(self.size)
-        self.table.append([dtype.str, list(array.shape), offset, array.nbytes])
+        offset = -(-self.size // _ALIGNMENT) * _ALIGNMENT
+        self.table.append([code, list(array.shape), offset, array.nbytes])
         self.arrays.append(array)
         self.size = offset + array.nbytes
         return {_ARRAY_KEY: len(self.arrays) - 1}
@@ -238,7 +252,9 @@ def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
     kind = type(value)
     if kind in _JSON_SCALARS:
         return value
-    if isinstance(value, np.ndarray):
+    if kind is dict:  # the usual containers first, before the slower isinstance checks
+        return _convert_dict(value, depth, buffers)
+    if kind is np.ndarray or isinstance(value, np.ndarray):
         dtype = value.dtype
         if buffers is not None:
             placeholder = buffers.add(value)
@@ -254,17 +270,8 @@ def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
             items = [_convert(item, depth + 1, buffers) for item in value.ravel().tolist()]
             return {_OBJECTS_KEY: items, "shape": list(value.shape)}
         return _convert(value.tolist(), depth + 1, buffers)
-    if isinstance(value, (dict, Mapping)):
-        if depth > MAX_DEPTH:
-            return _repr(value)
-        converted = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                key = _string(key)
-            if buffers is not None and key[:1] == "$":
-                key = "$" + key
-            converted[key] = _convert(item, depth + 1, buffers)
-        return converted
+    if isinstance(value, Mapping):
+        return _convert_dict(value, depth, buffers)
     if isinstance(value, (list, tuple)):
         if depth > MAX_DEPTH:
             return _repr(value)
@@ -283,6 +290,25 @@ def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
     return _repr(value)
 
 
+def _convert_dict(value: Mapping[Any, Any], depth: int, buffers: _Buffers | None) -> Any:
+    if depth > MAX_DEPTH:
+        return _repr(value)
+    converted = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            key = _string(key)
+        if buffers is not None and key[:1] == "$":
+            key = "$" + key
+        kind = type(item)
+        if kind in _JSON_SCALARS:
+            converted[key] = item
+        elif kind is np.ndarray and buffers is not None:  # most of a frame's values
+            converted[key] = buffers.add(item) or _convert(item, depth + 1, buffers)
+        else:
+            converted[key] = _convert(item, depth + 1, buffers)
+    return converted
+
+
 # --- decoding -------------------------------------------------------------------------------
 
 def _byte_view(frame: bytes | bytearray | memoryview) -> memoryview:
@@ -297,65 +323,161 @@ def _is_count(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def _read_arrays(table: object, data: memoryview) -> list[np.ndarray[Any, Any]]:
-    """The arrays ``table`` describes, copied out of ``data`` (the frame from ``data_start``)."""
-    if not isinstance(table, list):
+def _read_arrays(table: object, frame: bytes | memoryview,
+                 data_start: int) -> list[np.ndarray[Any, Any]]:
+    """The arrays ``table`` describes, copied out of ``frame`` (offsets count from
+    ``data_start``)."""
+    if type(table) is not list:
         raise ValueError("the frame's 'arrays' must be a list")
     arrays = []
     end = 0
+    size = len(frame) - data_start
     for index, entry in enumerate(table):
-        if not (isinstance(entry, list) and len(entry) == 4):
+        if type(entry) is not list or len(entry) != 4:
             raise ValueError(f"the frame's array {index} must be [dtype, shape, offset, nbytes]")
         code, shape, offset, nbytes = entry
-        dtype = RAW_DTYPES.get(code) if isinstance(code, str) else None
+        dtype = RAW_DTYPES.get(code) if type(code) is str else None
         if dtype is None:
             raise ValueError(f"the frame's array {index} has dtype {code!r:.40}, not one of "
                              f"{list(RAW_DTYPES)}")
-        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
-                and all(_is_count(dim) for dim in shape)):
+        count = _element_count(shape)
+        if count < 0:
             raise ValueError(f"the frame's array {index} has shape {shape!r:.80}, not a list of "
                              f"at most {MAX_DIMS} non-negative integers")
-        if not (_is_count(offset) and offset % _ALIGNMENT == 0 and _is_count(nbytes)):
+        if not (type(offset) is int and type(nbytes) is int and offset >= 0 and nbytes >= 0
+                and offset % _ALIGNMENT == 0):
             raise ValueError(f"the frame's array {index} has offset {offset!r:.40} and nbytes "
                              f"{nbytes!r:.40}: not a multiple of {_ALIGNMENT} and a count")
-        if nbytes != dtype.itemsize * math.prod(shape):
+        if nbytes != dtype.itemsize * count:
             raise ValueError(f"the frame's array {index} has nbytes {nbytes}, but a {code} "
-                             f"array of shape {shape} takes {dtype.itemsize * math.prod(shape)}")
+                             f"array of shape {shape} takes {dtype.itemsize * count}")
         if offset < end:  # each array after the last: a frame cannot claim its bytes twice
             raise ValueError(f"the frame's array {index} starts at byte {offset}, inside the "
                              f"array before it (which ends at {end})")
-        if offset + nbytes > len(data):
-            raise ValueError(f"the frame's array {index} ends at byte {offset + nbytes} of the "
-                             f"data, which has {len(data)}: the frame is truncated")
         end = offset + nbytes
-        arrays.append(_copy_array(data[offset:offset + nbytes], dtype, shape, index))
-    if end != len(data):
-        raise ValueError(f"the frame's data has {len(data)} bytes, but its arrays end at "
-                         f"{end}")
+        if end > size:
+            raise ValueError(f"the frame's array {index} ends at byte {end} of the data, which "
+                             f"has {size}: the frame is truncated")
+        arrays.append(_copy_array(frame, data_start + offset, count, dtype, shape, index))
+    if end != size:
+        raise ValueError(f"the frame's data has {size} bytes, but its arrays end at {end}")
     return arrays
 
 
-def _copy_array(buffer: memoryview, dtype: np.dtype[Any], shape: list[int],
-                index: int) -> np.ndarray[Any, Any]:
-    if not buffer.nbytes:
+# A stream of frames of one kind (a session's step answers, its step requests) carries the
+# same arrays table in each: checked once, its layout is remembered by the table's exact
+# text, and the next frames with that text parse only their tree. encode_frame writes the
+# header as '{"arrays":' TABLE ',"tree":' TREE '}'; a header written otherwise (or whose
+# tree does not parse alone) takes the full path.
+_HEADER_START = b'{"arrays":'
+_TREE_KEY = b',"tree":'
+#: The most layouts remembered (then forgotten all at once, and learnt again).
+_MAX_LAYOUTS = 256
+_Layout = tuple[tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...], int]
+_layouts: dict[bytes, _Layout] = {}
+
+
+def _split_header(text: bytes) -> tuple[bytes, bytes] | None:
+    """(table text, tree text) of a header written as encode_frame writes it."""
+    if not text.startswith(_HEADER_START) or text[-1:] != b"}":
+        return None
+    end = text.find(_TREE_KEY, len(_HEADER_START))
+    if end < 0:
+        return None
+    return text[len(_HEADER_START):end], text[end + len(_TREE_KEY):-1]
+
+
+def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
+                  ) -> tuple[Any, list[np.ndarray[Any, Any]] | None]:
+    """(tree, arrays) if the header's table is one checked before, else (None, None)."""
+    split = _split_header(text)
+    if split is None:
+        return None, None
+    layout = _layouts.get(split[0])
+    if layout is None:
+        return None, None
+    entries, data_size = layout
+    if len(frame) - data_start != data_size:
+        return None, None  # the full path says what is wrong
+    try:
+        tree = _HEADER_DECODER.decode(str(split[1], "utf-8"))
+    except (ValueError, RecursionError):
+        return None, None
+    arrays = []
+    for dtype, count, shape, offset in entries:
+        if dtype is _BOOL:  # any byte but 0 is True, as one byte 1
+            array = np.frombuffer(frame, np.uint8, count, data_start + offset).reshape(
+                shape).astype(bool)
+        elif count:
+            array = np.frombuffer(frame, dtype, count, data_start + offset).reshape(
+                shape).copy()
+        else:
+            array = np.zeros(shape, dtype)
+        arrays.append(array)
+    return tree, arrays
+
+
+def _remember_layout(text: bytes, table: list[list[Any]]) -> None:
+    """Remember the layout of a table the full path just checked, by its text: only if that
+    text, parsed alone, is that table (a header with two 'arrays' keys takes the last)."""
+    split = _split_header(text)
+    if split is None or split[0] in _layouts:
+        return
+    try:
+        if _HEADER_DECODER.decode(str(split[0], "utf-8")) != table:
+            return
+    except ValueError:
+        return
+    entries = tuple((RAW_DTYPES[code], _element_count(shape), tuple(shape), offset)
+                    for code, shape, offset, _nbytes in table)
+    data_size = max((offset + nbytes for _code, _shape, offset, nbytes in table), default=0)
+    if len(_layouts) >= _MAX_LAYOUTS:
+        _layouts.clear()
+    _layouts[split[0]] = (entries, data_size)
+
+
+def _element_count(shape: object) -> int:
+    """How many elements an array of ``shape`` holds; -1 if ``shape`` is not a list of at
+    most ``MAX_DIMS`` non-negative integers."""
+    if type(shape) is not list or len(shape) > MAX_DIMS:
+        return -1
+    count = 1
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            return -1
+        count *= dim
+    return count
+
+
+def _copy_array(frame: bytes | memoryview, offset: int, count: int, dtype: np.dtype[Any],
+                shape: list[int], index: int) -> np.ndarray[Any, Any]:
+    """Array ``index`` as a new array owning its memory (its ``count`` elements start at
+    byte ``offset`` of ``frame``)."""
+    if not count:
         try:
             return np.zeros(shape, dtype)
         except ValueError as error:  # the other dimensions are too big for numpy
             raise ValueError(f"the frame's array {index} of shape {shape}: {error}") from None
     array: np.ndarray[Any, Any]
     if dtype.kind == "b":  # any byte but 0 is True, as one byte 1
-        array = np.frombuffer(buffer, np.uint8).reshape(shape).astype(bool)
+        array = np.frombuffer(frame, np.uint8, count, offset).reshape(shape).astype(bool)
     else:
-        array = np.frombuffer(buffer, dtype).reshape(shape).copy()
+        array = np.frombuffer(frame, dtype, count, offset).reshape(shape).copy()
     return array
+
 
 def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], depth: int,
              limit: int) -> Any:
     """The message a header's tree stands for: placeholders replaced, ``$`` keys unescaped."""
     kind = type(node)
     if kind is dict:
-        if _ARRAY_KEY in node:
-            return _placeholder(node, arrays, used)
+        index = node.get(_ARRAY_KEY)
+        if index is not None:
+            if type(index) is int and len(node) == 1 and 0 <= index < len(arrays) \
+                    and not used[index]:
+                used[index] = True
+                return arrays[index]
+            return _placeholder(node, arrays, used)  # says what is wrong with it
         if _OBJECTS_KEY in node:
             return _object_array(node, arrays, used, depth, limit)
         if depth > limit:
@@ -367,12 +489,27 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
                     raise ValueError(f"the frame's tree has a reserved key {key!r:.80} (a key "
                                      "starting with '$' is sent with one more '$')")
                 key = key[1:]
-            rebuilt[key] = _rebuild(child, arrays, used, depth + 1, limit)
+            # Scalars and array placeholders without a call: most of a tree's leaves are.
+            child_kind = type(child)
+            if child_kind is dict:
+                index = child.get(_ARRAY_KEY)
+                if type(index) is int and len(child) == 1 and 0 <= index < len(arrays) \
+                        and not used[index]:
+                    used[index] = True
+                    child = arrays[index]
+                elif child:
+                    child = _rebuild(child, arrays, used, depth + 1, limit)
+                elif depth >= limit:  # (an empty one: as deep as a full one could be)
+                    raise FrameTooDeep(f"the frame's tree nests deeper than {limit} levels")
+            elif child_kind is list:
+                child = _rebuild(child, arrays, used, depth + 1, limit)
+            rebuilt[key] = child
         return rebuilt
     if kind is list:
         if depth > limit:
             raise FrameTooDeep(f"the frame's tree nests deeper than {limit} levels")
-        return [_rebuild(child, arrays, used, depth + 1, limit) for child in node]
+        return [_rebuild(child, arrays, used, depth + 1, limit)
+                if type(child) is dict or type(child) is list else child for child in node]
     return node
 
 

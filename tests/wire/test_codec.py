@@ -499,3 +499,53 @@ def test_the_deepest_trees_the_writer_writes_are_read_back() -> None:
             deep = [deep]
         message = {"x": deep}  # the top object at depth 0: the innermost list at the limit
         assert_identical(decode_frame(encode_frame(message)), message)
+
+
+def _decoded_or_error(frame: bytes) -> Any:
+    try:
+        return ("ok", decode_frame(frame))
+    except ValueError as error:
+        return ("error", type(error).__name__)
+
+
+def test_a_remembered_layout_decodes_exactly_as_the_full_path() -> None:
+    """The reader remembers each arrays table it checked, by its text, and then parses only
+    a frame's tree: tampered frames (valid or not) decode to the same message, or fail the
+    same way, with the layouts remembered and with none."""
+    frames = [encode_frame({"id": 3, **_step_message(3)}),
+              encode_frame({"op": "step", "actions": np.arange(2), "timeout": 0.5})]
+    chooser = random.Random(29)
+    for _ in range(2000):
+        frame = bytearray(chooser.choice(frames))
+        for _ in range(chooser.randint(1, 2)):
+            position = chooser.randrange(len(frame))
+            if chooser.random() < 0.7:
+                frame[position] = chooser.randrange(256)
+            else:
+                frame.insert(position, chooser.choice(b'0123456789[]{}",:$ '))
+        for original in frames:
+            decode_frame(original)  # its table remembered
+        remembered = _decoded_or_error(bytes(frame))
+        _codec._layouts.clear()
+        fresh = _decoded_or_error(bytes(frame))
+        assert remembered[0] == fresh[0]
+        if fresh[0] == "ok":
+            assert_identical(remembered[1], fresh[1])
+        else:
+            assert remembered[1] == fresh[1]
+
+
+def test_a_header_with_two_tables_cannot_teach_a_wrong_layout() -> None:
+    """JSON takes the last of two 'arrays' keys: such a header's first table text is not
+    remembered with the second's layout (a peer could make later frames misread)."""
+    _codec._layouts.clear()
+    honest = encode_frame({"x": np.arange(2, dtype=np.int64)})
+    header = json.loads(honest[8:8 + int.from_bytes(honest[4:8], "little")])
+    table = json.dumps(header["arrays"], separators=(",", ":"))
+    forged_header = (f'{{"arrays":{table},"tree":{{"x":{{"$array":0}}}},'
+                     f'"arrays":[["<f8",[2],0,16]]}}').encode()
+    start = 8 + len(forged_header)
+    forged = (b"\x89AV1" + len(forged_header).to_bytes(4, "little") + forged_header
+              + bytes(-start % 8) + np.array([1.5, 2.5]).tobytes())
+    assert_identical(decode_frame(forged), {"x": np.array([1.5, 2.5])})
+    assert_identical(decode_frame(honest), {"x": np.arange(2, dtype=np.int64)})
