@@ -1,5 +1,5 @@
-"""One remote client's steps/s with binary frames against JSON (issue 29: binary ≥ 1.0× JSON
-for one sub-env, ≥ 1.3× at 64), side by side in one run.
+"""One remote client's steps/s with binary frames against JSON (issue 29: binary at least 1.0x JSON
+for one sub-env, 1.3x at 64), side by side in one run.
 
 Run it (about 1 minute)::
 
