@@ -15,6 +15,17 @@ from gymnasium import VectorizeMode
 import aiovec
 
 
+def assert_same_rollout(envs: gym.vector.VectorEnv, reference: gym.vector.VectorEnv, *,
+                        seed: int, steps: int) -> None:
+    """Three CartPoles each: the same resets and steps for the same seed and actions."""
+    for got, want in zip(envs.reset(seed=seed), reference.reset(seed=seed)):
+        np.testing.assert_equal(got, want)
+    for step in range(steps):
+        actions = np.array([step % 2, 1, 0])
+        for got, want in zip(envs.step(actions), reference.step(actions)):
+            np.testing.assert_equal(got, want)
+
+
 def test_make_vec_returns_the_shim_with_a_spec() -> None:
     clip = functools.partial(gym.wrappers.ClipReward, min_reward=0.0, max_reward=0.5)
     envs = aiovec.make_vec("CartPole-v1", num_envs=3, vector_kwargs={"backend": "inline"},
@@ -65,12 +76,7 @@ def test_gymnasium_make_vec_builds_aiovec_through_registered_ids() -> None:
         assert envs.backend_name == "thread" and envs.async_env.timeout == 5.0
         assert envs.spec is not None and envs.spec.id == "aiovec/CartPole-v1"
         assert envs.spec.kwargs["vectorization_mode"] == "vector_entry_point"
-        for got, want in zip(envs.reset(seed=4), reference.reset(seed=4)):
-            np.testing.assert_equal(got, want)
-        for step in range(40):  # episodes end (max_episode_steps reached the sub-envs)
-            actions = np.array([step % 2, 1, 0])
-            for got, want in zip(envs.step(actions), reference.step(actions)):
-                np.testing.assert_equal(got, want)
+        assert_same_rollout(envs, reference, seed=4, steps=40)  # through episode ends
     finally:
         envs.close()
         reference.close()
@@ -123,12 +129,7 @@ def test_vectorization_mode_picks_the_backend_that_does_what_gymnasium_s_does(
         assert isinstance(envs, aiovec.VectorEnv) and envs.backend_name == backend
         assert envs.spec is not None
         assert envs.spec.kwargs["vectorization_mode"] == VectorizeMode(mode).value
-        for got, want in zip(envs.reset(seed=7), reference.reset(seed=7)):
-            np.testing.assert_equal(got, want)
-        for step in range(30):  # through autoresets
-            actions = np.array([step % 2, 1, 0])
-            for got, want in zip(envs.step(actions), reference.step(actions)):
-                np.testing.assert_equal(got, want)
+        assert_same_rollout(envs, reference, seed=7, steps=30)  # through autoresets
     finally:
         envs.close()
         reference.close()

@@ -2,7 +2,8 @@
 
 The hot path is ``HostedEnvs.step``: read each sub-env's action from shared memory, step it
 (autoreset included, in ``EnvSlot``), write its results back in place, and answer with one
-small frame, which is empty unless a sub-env has infos to report or failed.
+small frame: empty when no sub-env has infos, a bare ``RECORDED`` header when their infos fit
+the records in shared memory (``_info_records``), else the infos (and any failure) pickled.
 """
 
 from __future__ import annotations
