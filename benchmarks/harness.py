@@ -139,3 +139,18 @@ class Check:
             line += "; per repeat: " + " ".join(
                 f"{r:.0%}" if self.unit == "%" else f"{r:.2f}" for r in self.per_repeat)
         return line
+
+
+def start_server(script: str | Path) -> tuple[subprocess.Popen[str], str]:
+    """Run ``script --serve`` (a benchmark's own server: ``aiovec.serve.run(...,
+    announce=True)``) → the process and its URL, once it says ``serving on URL``."""
+    import sys
+
+    process = subprocess.Popen([sys.executable, str(script), "--serve"],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("serving on "):
+        process.kill()
+        raise SystemExit(f"the server did not start: {line!r}")
+    return process, line.split()[-1]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import machine, revision  # noqa: E402
+from harness import machine, revision, start_server  # noqa: E402
 
 import aiovec  # noqa: E402
 from aiovec.remote import AsyncRemoteVectorEnv  # noqa: E402
@@ -102,17 +101,6 @@ async def remote(url: str, hang: str, backend: str, ending: str) -> tuple[float,
         return await recovery(envs, ending)
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE,
-                               text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("serving on "):
-        process.kill()
-        raise SystemExit(f"the server did not start: {line!r}")
-    return process, line.split()[-1]
-
-
 def cell(samples: list[tuple[float, int, float]]) -> str:
     ended = statistics.median(sample[0] for sample in samples)
     failed = [sample[1] for sample in samples]
@@ -130,7 +118,7 @@ def main() -> None:
     if args.serve:
         serve()
         return
-    server, url = start_server()
+    server, url = start_server(__file__)
     results: dict[tuple[str, str, str, str], list[tuple[float, int, float]]] = {}
     try:
         for _ in range(args.repeats):

@@ -29,8 +29,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import Check, machine, revision  # noqa: E402
-from serve_load import start_server, steps_per_second  # noqa: E402
+import serve_load  # noqa: E402
+from harness import Check, machine, revision, start_server  # noqa: E402
+from serve_load import steps_per_second  # noqa: E402
 
 SIZES = (1, 16, 64)
 #: binary / JSON targets by sub-env count.
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--output", default=str(HERE / "results" / "serve_encodings.md"))
     args = parser.parse_args()
-    server, url = start_server()
+    server, url = start_server(serve_load.__file__)
     rates: dict[tuple[int, str], list[float]] = {}
     try:
         for _ in range(args.repeats):

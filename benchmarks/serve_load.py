@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import Check, machine, revision  # noqa: E402
+from harness import Check, machine, revision, start_server  # noqa: E402
 
 import aiovec  # noqa: E402
 from aiovec.remote import AsyncRemoteVectorEnv  # noqa: E402
@@ -202,17 +202,6 @@ async def steps_per_second(url: str, num_envs: int, encoding: str, seconds: floa
 
 # --- the run -------------------------------------------------------------------------------
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE,
-                               text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("serving on "):
-        process.kill()
-        raise SystemExit(f"the server did not start: {line!r}")
-    return process, line.split()[-1]
-
-
 def measured_phase(url: str, sessions: int, steps: int, deadline: float,
                    rate: float | None = None) -> Phase:
     prober = subprocess.Popen([sys.executable, __file__, "--probe", url], stdin=subprocess.PIPE,
@@ -253,7 +242,7 @@ def main() -> None:
     steps = 5 if args.quick else args.steps
     repeats, seconds = (2, 0.3) if args.quick else (args.repeats, args.seconds)
 
-    server, url = start_server()
+    server, url = start_server(__file__)
     try:
         phases: list[Phase] = []
         for sessions in counts:

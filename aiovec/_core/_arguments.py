@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_count", "check_env_fns", "check_timeout"]
+__all__ = ["check_count", "check_env_fns", "check_env_ids", "check_timeout"]
 
 
 def check_env_fns(env_fns: Any) -> None:
@@ -41,3 +41,21 @@ def check_timeout(timeout: float | None, what: str) -> float | None:
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
     return timeout
+
+
+def check_env_ids(env_ids: Any, num_envs: int) -> list[int]:
+    """``env_ids`` (``None``: all) as a list of distinct sub-env indices below ``num_envs``;
+    else ``ValueError`` saying what is wrong (``send``'s check, local and remote alike)."""
+    if env_ids is None:
+        return list(range(num_envs))
+    ids = np.asarray(env_ids)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
+    listed: list[int] = ids.tolist()
+    if not listed:
+        raise ValueError("env_ids is empty: send at least one sub-env an action")
+    if min(listed) < 0 or max(listed) >= num_envs:
+        raise ValueError(f"env_ids must lie in [0, {num_envs}), got {listed}")
+    if len(set(listed)) != len(listed):
+        raise ValueError(f"env_ids lists a sub-env twice: {listed}")
+    return listed

@@ -34,7 +34,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from aiovec._core._actions import ActionChecker
-from aiovec._core._arguments import check_timeout
+from aiovec._core._arguments import check_env_ids, check_timeout
 from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
@@ -288,7 +288,7 @@ class Engine:
         if self._in_flight is not None:
             raise BusyError(f"cannot send: another task is still running "
                             f"{self._in_flight.operation} on this vector env")
-        ids = self._env_ids(env_ids)
+        ids = check_env_ids(env_ids, self.num_envs)
         owed = first.owed(ids)
         if owed:
             raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
@@ -558,21 +558,6 @@ class Engine:
         self._actions = ActionChecker(spaces.single_action_space, n, self.validate_actions)
         self._checkers: dict[int, ActionChecker] = {}  # for first-ready batches of other sizes
         self._all_envs = range(n)
-
-    def _env_ids(self, env_ids: Any) -> list[int]:
-        if env_ids is None:
-            return list(self._all_envs)
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-            raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
-        listed: list[int] = ids.tolist()
-        if not listed:
-            raise ValueError("env_ids is empty: send at least one sub-env an action")
-        if min(listed) < 0 or max(listed) >= self.num_envs:
-            raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {listed}")
-        if len(set(listed)) != len(listed):
-            raise ValueError(f"env_ids lists a sub-env twice: {listed}")
-        return listed
 
     def _actions_for(self, count: int) -> ActionChecker:
         if count == self.num_envs:

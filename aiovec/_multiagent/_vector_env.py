@@ -17,6 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from aiovec._core._arguments import check_env_ids
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout
 from aiovec._core._restart import RestartPolicy
@@ -363,7 +364,7 @@ class AsyncParallelVectorEnv:
         sub-env of env_ids}`` and return at once; ``recv`` collects the first to finish.
         As ``AsyncVectorEnv.send``: checked before anything is sent, ``timeout`` per sub-env.
         """
-        ids = list(range(self.num_envs)) if env_ids is None else self._env._env_ids(env_ids)
+        ids = check_env_ids(env_ids, self.num_envs)
         self._env.send(self._full_actions(actions, ids), ids, timeout=timeout)
 
     async def recv(self, *, batch_size: int | None = None) -> ParallelStepBatch:

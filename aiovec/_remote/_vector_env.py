@@ -27,7 +27,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker
-from aiovec._core._arguments import check_count
+from aiovec._core._arguments import check_count, check_env_ids
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._seeding import per_env_seeds
@@ -288,7 +288,7 @@ class AsyncRemoteVectorEnv:
             raise BusyError(f"cannot send: another task is running {self._running} on this env")
         if not self._has_reset:
             raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
-        ids = self._env_ids(env_ids)
+        ids = check_env_ids(env_ids, self.num_envs)
         owed = sorted(self._owed.intersection(ids))
         if owed:
             raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
@@ -511,22 +511,6 @@ class AsyncRemoteVectorEnv:
             raise ValueError(f"timeout must be a positive number of seconds or None, got "
                              f"{deadline!r}")
         return float(deadline)
-
-    def _env_ids(self, env_ids: Any) -> list[int]:
-        """``env_ids`` checked as ``AsyncVectorEnv.send`` checks them."""
-        if env_ids is None:
-            return list(range(self.num_envs))
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-            raise ValueError(f"env_ids must be a 1-D sequence of sub-env indices, got {env_ids!r}")
-        listed: list[int] = ids.tolist()
-        if not listed:
-            raise ValueError("env_ids is empty: send at least one sub-env an action")
-        if min(listed) < 0 or max(listed) >= self.num_envs:
-            raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {listed}")
-        if len(set(listed)) != len(listed):
-            raise ValueError(f"env_ids lists a sub-env twice: {listed}")
-        return listed
 
     def _checker(self, count: int) -> ActionChecker:
         if count == self.num_envs:
