@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -100,6 +100,9 @@ _PREFIX = len(FRAME_MAGIC) + 4
 _ALIGNMENT = 8
 _PADDING = bytes(_ALIGNMENT)
 _HEADER_DECODER = json.JSONDecoder()
+#: One JSON value at a position → (value, end); the C scanner ``JSONDecoder`` wraps.
+_scan_json: Callable[[str, int], tuple[Any, int]] = \
+    _HEADER_DECODER.scan_once  # type: ignore[attr-defined]
 # The tree it encodes is built afresh by _convert, so it cannot be circular.
 _HEADER_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
 
@@ -179,11 +182,14 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
                              "'tree'")
         arrays = _read_arrays(header["arrays"], view, data_start)
         tree = header["tree"]
-        _remember_layout(text, header["arrays"])
+    else:
+        header = None
     used = [False] * len(arrays)
     message = _rebuild(tree, arrays, used, 0, max_depth)
     if not all(used):
         raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
+    if header is not None:  # a frame read whole: its table may serve the next ones
+        _remember_layout(text, header["arrays"])
     return message
 
 
@@ -371,8 +377,10 @@ def _read_arrays(table: object, frame: bytes | memoryview,
 # tree does not parse alone) takes the full path.
 _HEADER_START = b'{"arrays":'
 _TREE_KEY = b',"tree":'
-#: The most layouts remembered (then forgotten all at once, and learnt again).
+#: The most layouts remembered (then forgotten all at once, and learnt again), and the
+#: longest table text remembered: at most ~1 MiB in all, whatever peers send.
 _MAX_LAYOUTS = 256
+_MAX_TABLE_BYTES = 4096
 _Layout = tuple[tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...], int]
 _layouts: dict[bytes, _Layout] = {}
 
@@ -399,9 +407,12 @@ def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
     entries, data_size = layout
     if len(frame) - data_start != data_size:
         return None, None  # the full path says what is wrong
-    try:
-        tree = _HEADER_DECODER.decode(str(split[1], "utf-8"))
-    except (ValueError, RecursionError):
+    text_of_tree = str(split[1], "utf-8", "replace")  # (a bad byte fails the scan below)
+    try:  # exactly one JSON value, as encode_frame writes it (no whitespace around)
+        tree, end = _scan_json(text_of_tree, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None, None
+    if end != len(text_of_tree) or "\ufffd" in text_of_tree:
         return None, None
     arrays = []
     for dtype, count, shape, offset in entries:
@@ -418,15 +429,14 @@ def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
 
 
 def _remember_layout(text: bytes, table: list[list[Any]]) -> None:
-    """Remember the layout of a table the full path just checked, by its text: only if that
-    text, parsed alone, is that table (a header with two 'arrays' keys takes the last)."""
+    """Remember the layout of a table the full path just checked (in a frame that decoded
+    whole), by its text: only a small table, written exactly as ``encode_frame`` writes it
+    (so no other text, e.g. ``0.0`` for ``0`` or a header with two 'arrays' keys, of which
+    JSON takes the last, can stand for it), and only ``_MAX_LAYOUTS`` of them."""
     split = _split_header(text)
-    if split is None or split[0] in _layouts:
+    if split is None or len(split[0]) > _MAX_TABLE_BYTES or split[0] in _layouts:
         return
-    try:
-        if _HEADER_DECODER.decode(str(split[0], "utf-8")) != table:
-            return
-    except ValueError:
+    if _HEADER_ENCODER.encode(table).encode() != split[0]:
         return
     entries = tuple((RAW_DTYPES[code], _element_count(shape), tuple(shape), offset)
                     for code, shape, offset, _nbytes in table)

@@ -549,3 +549,38 @@ def test_a_header_with_two_tables_cannot_teach_a_wrong_layout() -> None:
               + bytes(-start % 8) + np.array([1.5, 2.5]).tobytes())
     assert_identical(decode_frame(forged), {"x": np.array([1.5, 2.5])})
     assert_identical(decode_frame(honest), {"x": np.arange(2, dtype=np.int64)})
+
+
+def _frame_with_header(header: bytes, data: bytes) -> bytes:
+    start = 8 + len(header)
+    return (FRAME_MAGIC + len(header).to_bytes(4, "little") + header + bytes(-start % 8)
+            + data)
+
+
+def test_a_table_written_otherwise_cannot_teach_its_text() -> None:
+    """JSON reads ``0.0`` as equal to ``0``: a header whose first of two tables says so must
+    not make that text acceptable later (the full path refuses it: an offset is a count)."""
+    _codec._layouts.clear()
+    data = np.array([1.5, 2.5]).tobytes()
+    loose = '[["<f8",[2],0.0,16]]'
+    victim = _frame_with_header(f'{{"arrays":{loose},"tree":{{"x":{{"$array":0}}}}}}'.encode(),
+                                data)
+    teacher = _frame_with_header(
+        f'{{"arrays":{loose},"tree":{{"x":{{"$array":0}}}},"arrays":[["<f8",[2],0,16]]}}'
+        .encode(), data)
+    for frame in (victim, teacher, victim):
+        first = _decoded_or_error(frame)
+        assert first[0] == ("ok" if frame is teacher else "error"), first
+    assert not _codec._layouts
+
+
+def test_only_small_tables_are_remembered() -> None:
+    """A peer cannot fill the reader's memory with big tables (a frame's header may hold
+    megabytes): a table longer than 4 KiB is read, never remembered."""
+    _codec._layouts.clear()
+    big = {"parts": [np.zeros(0)] * 400}
+    assert_identical(decode_frame(encode_frame(big)), {"parts": [np.zeros(0)] * 400})
+    assert not _codec._layouts
+    small = encode_frame({"x": np.arange(3)})
+    decode_frame(small)
+    assert len(_codec._layouts) == 1
