@@ -23,7 +23,6 @@ from typing import Any, Literal
 import anyio
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker
@@ -41,9 +40,9 @@ from aiovec._exceptions import (
     ResetNeededError,
     ServerGoneError,
 )
+from aiovec._remote._replies import arrays_of, infos_of, refusal, rejection, rows_of
 from aiovec._remote._websocket import WebSocket, WebSocketClosed, WebSocketRejected
 from aiovec._wire._codec import decode_frame, encode_frame, to_jsonable
-from aiovec._wire._codes import CODES
 from aiovec._wire._schema import space_from_schema
 
 __all__ = ["AsyncRemoteVectorEnv"]
@@ -55,72 +54,6 @@ _GOODBYE_SECONDS = 2.0
 #: sends at the deadline: ``timeout`` if sub-envs were late) before it gives up on its own:
 #: room for the network and a loaded server, and the bound when the server is stalled.
 TRANSPORT_GRACE = 2.0
-
-
-def _arrays(value: Any, space: spaces.Space[Any]) -> Any:
-    """Decoded values as the arrays (dicts, tuples of arrays) of batched ``space``."""
-    if isinstance(space, spaces.Dict):
-        return {key: _arrays(value[key], sub) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_arrays(item, sub) for item, sub in zip(value, space.spaces))
-    return np.asarray(value, dtype=space.dtype)
-
-
-def _infos(infos: Any) -> dict[str, Any]:
-    """Infos from JSON: lists of numbers and booleans back as arrays, as the local env's."""
-    if not isinstance(infos, dict):
-        return {}
-    restored: dict[str, Any] = {}
-    for key, value in infos.items():
-        if isinstance(value, list):
-            try:
-                array = np.asarray(value)
-            except ValueError:  # ragged
-                array = None
-            if array is not None and array.dtype != object and array.dtype.kind != "U":
-                value = array
-        elif isinstance(value, dict):
-            value = _infos(value)
-        restored[key] = value
-    return restored
-
-
-def _rejection(rejected: WebSocketRejected) -> RemoteError:
-    """A refused handshake (an HTTP answer, with the server's JSON error body)."""
-    try:
-        body = json.loads(rejected.body)
-        code, detail = str(body["error"]), str(body["detail"])
-    except (ValueError, KeyError, TypeError):
-        code, detail = "rejected", rejected.body.decode(errors="replace")[:200]
-    return RemoteError(code, detail, rejected.status)
-
-
-def _refusal(reply: Mapping[str, Any], operation: str,
-             deadline: float | None = None) -> Exception:
-    """The error a refusal from the server stands for, as the local env would raise it."""
-    code, detail = str(reply.get("error")), str(reply.get("detail", ""))
-    env_ids = [int(index) for index in reply.get("env_ids", ()) or ()]
-    status = CODES.get(code)
-    if code == "timeout":
-        return EnvTimeoutError(operation, env_ids, deadline)
-    if code == "reset_needed":
-        return ResetNeededError(detail)
-    if code == "busy":
-        return BusyError(detail)
-    if code == "nothing_sent":
-        return NothingSentError(detail)
-    if code == "unknown_session":  # reaped, or closed by its owner elsewhere
-        return ServerGoneError(code, detail, status, env_ids)
-    return RemoteError(code, detail, status, env_ids)
-
-
-def _take(part: Any, rows: list[int]) -> Any:
-    """Rows ``rows`` of a batch's part (an array, or a dict or tuple of them)."""
-    if isinstance(part, dict):
-        return {key: _take(value, rows) for key, value in part.items()}
-    if isinstance(part, tuple):
-        return tuple(_take(value, rows) for value in part)
-    return part[rows] if isinstance(part, np.ndarray) else part
 
 
 class _Call:
@@ -199,7 +132,7 @@ class AsyncRemoteVectorEnv:
             try:
                 socket = await WebSocket.connect(address, headers=list(self._headers.items()))
             except WebSocketRejected as rejected:
-                raise _rejection(rejected) from None
+                raise rejection(rejected) from None
             except (OSError, WebSocketClosed) as error:
                 raise ServerGoneError("unreachable", f"cannot connect to {address}: "
                                       f"{error}") from error
@@ -213,7 +146,7 @@ class AsyncRemoteVectorEnv:
                 raise
             if not reply.get("ok"):
                 await socket.aclose()
-                raise _refusal(reply, "open")
+                raise refusal(reply, "open")
             self._describe(reply["session"])
             self._socket = socket
 
@@ -333,7 +266,7 @@ class AsyncRemoteVectorEnv:
             # A failed batch was received all the same: its sub-envs owe none.
             self._forget(int(index) for index in reply.get("received", ()) or ())
             self._raise_deferred()  # a refused send explains a recv with nothing to receive
-            raise _refusal(reply, "recv")
+            raise refusal(reply, "recv")
         batch = self._stashed.pop(0)
         self._forget(batch.env_ids.tolist())
         return batch
@@ -374,10 +307,10 @@ class AsyncRemoteVectorEnv:
             if reply.get("error") in ("timeout", "sub_env_failed"):
                 failed = {int(index) for index in reply.get("env_ids", ()) or ()}
                 self._drop_waiting([index for index in call.reset_ids if index not in failed])
-            raise _refusal(reply, call.op, call.deadline)
+            raise refusal(reply, call.op, call.deadline)
         self._has_reset = True
         self._drop_waiting(call.reset_ids)
-        return _arrays(reply["observations"], self.observation_space), _infos(reply["infos"])
+        return arrays_of(reply["observations"], self.observation_space), infos_of(reply["infos"])
 
     def _drop_waiting(self, env_ids: list[int]) -> None:
         """Sub-envs reset: they owe nothing, and their stashed results are dropped."""
@@ -388,7 +321,7 @@ class AsyncRemoteVectorEnv:
             rows = [row for row, index in enumerate(batch.env_ids.tolist())
                     if index not in dropped]
             if rows:
-                kept.append(StepBatch(*(_take(part, rows) for part in batch)))
+                kept.append(StepBatch(*(rows_of(part, rows) for part in batch)))
         self._stashed = kept
 
     def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
@@ -403,10 +336,10 @@ class AsyncRemoteVectorEnv:
     def _step_result(self, reply: dict[str, Any]
                      ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
                                 np.ndarray[Any, Any], dict[str, Any]]:
-        return (_arrays(reply["observations"], self.observation_space),
+        return (arrays_of(reply["observations"], self.observation_space),
                 np.asarray(reply["rewards"], dtype=np.float64),
                 np.asarray(reply["terminations"], dtype=np.bool_),
-                np.asarray(reply["truncations"], dtype=np.bool_), _infos(reply["infos"]))
+                np.asarray(reply["truncations"], dtype=np.bool_), infos_of(reply["infos"]))
 
     def _begin(self, op: str, fields: dict[str, Any], deadline: float | None, *,
                tell_server: bool = True) -> _Call:
@@ -465,7 +398,7 @@ class AsyncRemoteVectorEnv:
                     self._abandoned_recvs.add(call.message["id"])
                 await self._abandon(socket, call.message["id"])
         if refusals and not reply.get("ok"):
-            raise _refusal(reply, call.op, call.deadline)
+            raise refusal(reply, call.op, call.deadline)
         return reply
 
     async def _abandon_call(self, call: _Call) -> None:
@@ -580,7 +513,7 @@ class AsyncRemoteVectorEnv:
         if sent_to is not None:
             if not ok:  # a send the server refused: those sub-envs owe nothing
                 self._forget(sent_to)
-                self._defer(_refusal(reply, "send"))
+                self._defer(refusal(reply, "send"))
             return
         if request_id in self._abandoned_recvs:
             self._abandoned_recvs.discard(request_id)
@@ -588,7 +521,7 @@ class AsyncRemoteVectorEnv:
                 self._stashed.append(self._batch(reply))
             elif reply.get("error") != "cancelled":  # (cancelled in time: nothing happened)
                 self._forget(int(index) for index in reply.get("received", ()) or ())
-                self._defer(_refusal(reply, "recv"))
+                self._defer(refusal(reply, "recv"))
 
     def _defer(self, error: Exception) -> None:
         if self._deferred is None:
