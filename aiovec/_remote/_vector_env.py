@@ -290,12 +290,16 @@ class AsyncRemoteVectorEnv:
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
         mask = None if options is None else options.get("reset_mask")
+        try:  # (a mask the server will refuse still names no sub-env here)
+            reset_ids = (list(range(self.num_envs)) if mask is None
+                         else np.flatnonzero(np.asarray(mask)).tolist())
+        except (TypeError, ValueError):
+            reset_ids = []
         fields: dict[str, Any] = {"seed": None if seed is None else seeds}
         if options is not None:
             fields["options"] = options
-        call = self._begin("reset", fields, self._deadline(timeout))
-        call.reset_ids = (list(range(self.num_envs)) if mask is None
-                          else np.flatnonzero(np.asarray(mask)).tolist())
+        call = self._begin("reset", fields, self._deadline(timeout))  # claims the env: last
+        call.reset_ids = reset_ids
         return call
 
     def _reset_result(self, call: _Call, reply: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

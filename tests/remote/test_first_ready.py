@@ -305,3 +305,16 @@ async def test_a_refused_send_is_the_error_of_the_recv_it_went_out_with(serve: A
                 await remote.recv()
     finally:
         release_hangs()
+
+
+async def test_a_reset_mask_the_server_refuses_leaves_the_env_usable(serve: Any) -> None:
+    """A ragged ``reset_mask`` is the server's to refuse (``invalid``); reading it here must
+    not leave the client claimed (every later call was refused as busy)."""
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "Options-v0", 2) as remote:
+        await remote.reset(seed=0)
+        with pytest.raises(aiovec.RemoteError) as refused:
+            await remote.reset(options={"reset_mask": [[True, False], [True]]})
+        assert refused.value.code == "invalid"
+        obs, _ = await remote.reset(seed=1, options={"reset_mask": np.array([True, False])})
+        assert obs.shape[0] == 2
