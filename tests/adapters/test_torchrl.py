@@ -5,6 +5,7 @@ every tensor compared; TorchRL refuses the ``NextStep`` autoreset mode on both a
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -36,6 +37,19 @@ def _policy(tensordict: Any) -> Any:
     return tensordict
 
 
+def _rollouts(makers: list[Callable[[], Any]], *, seed: int, steps: int) -> list[Any]:
+    """One rollout of each env made (seeded alike, closed after), through episode ends."""
+    rollouts = []
+    for make in makers:
+        env = make()
+        try:
+            env.set_seed(seed)
+            rollouts.append(env.rollout(steps, _policy, break_when_any_done=False))
+        finally:
+            env.close()
+    return rollouts
+
+
 def _assert_same_rollouts(actual: Any, expected: Any) -> None:
     assert actual.batch_size == expected.batch_size
     assert set(actual.keys(True, True)) == set(expected.keys(True, True))
@@ -47,15 +61,8 @@ def _assert_same_rollouts(actual: Any, expected: Any) -> None:
                          ids=lambda mode: mode.value)
 def test_gym_wrapper_over_aiovec_rolls_out_as_over_sync_vector_env(mode: AutoresetMode
                                                                    ) -> None:
-    rollouts = []
-    for make in (_aiovec, _sync):
-        env = make(mode)
-        try:
-            env.set_seed(3)
-            rollouts.append(env.rollout(80, _policy, break_when_any_done=False))
-        finally:
-            env.close()
-    actual, expected = rollouts
+    actual, expected = _rollouts([lambda: _aiovec(mode), lambda: _sync(mode)], seed=3,
+                                 steps=80)
     assert actual.batch_size == (NUM_ENVS, 80)
     assert bool(expected["next", "done"].any())  # episodes end (and autoreset) under way
     _assert_same_rollouts(actual, expected)
@@ -79,14 +86,8 @@ def _parallel_member_sync() -> GymWrapper:
 def test_a_parallel_env_of_aiovec_vector_envs_rolls_out_as_of_sync_ones() -> None:
     """TorchRL's own processes, each holding an aiovec vector env (``inline``: the sub-envs
     in that process), against the same of ``SyncVectorEnv``."""
-    rollouts = []
-    for member in (_parallel_member_aiovec, _parallel_member_sync):
-        env = ParallelEnv(2, member)
-        try:
-            env.set_seed(5)
-            rollouts.append(env.rollout(50, _policy, break_when_any_done=False))
-        finally:
-            env.close()
-    actual, expected = rollouts
+    actual, expected = _rollouts([lambda: ParallelEnv(2, _parallel_member_aiovec),
+                                  lambda: ParallelEnv(2, _parallel_member_sync)],
+                                 seed=5, steps=50)
     assert actual.batch_size == (2, NUM_ENVS, 50)
     _assert_same_rollouts(actual, expected)
