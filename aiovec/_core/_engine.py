@@ -252,8 +252,8 @@ class Engine:
     def _restarts(self, in_flight: InFlight) -> bool:
         """Whether the broken sub-envs of ``in_flight`` are restarted: under a restart
         policy, unless some missed a deadline that was the caller's (``CallerDeadline``)."""
-        return self._restart_policy is not None and (in_flight.restart_late
-                                                     or not in_flight.late)
+        return self._restart_policy is not None and (
+            type(in_flight.deadline) is not CallerDeadline or not in_flight.late)
 
     def _refuse_misfits(self, in_flight: InFlight, replies: list[Any],
                         broken: dict[int, str]) -> None:
@@ -305,7 +305,7 @@ class Engine:
         seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
         deadline = None if seconds is None else anyio.current_time() + seconds
-        first.sent(pending, deadline, seconds, restart_late=type(seconds) is not CallerDeadline)
+        first.sent(pending, deadline, seconds)
 
     async def _wait_for_results(self, first: FirstReady, count: int) -> None:
         deadline = first.next_deadline()
@@ -320,13 +320,13 @@ class Engine:
         late = first.expire(anyio.current_time())
         if not late:
             return
-        late_ids = [env_index for env_index, _, _ in late]
+        late_ids = [env_index for env_index, _ in late]
         self._counters.timeouts += len(late)
         self._backend.discard(late_ids)
         self._health.need_reset(self._backend.lost_envs())
         first.collect()  # co-hosted sub-envs of a killed worker fail now
-        for env_index, seconds, restart_late in late:
-            if not restart_late:
+        for env_index, seconds in late:
+            if type(seconds) is CallerDeadline:  # the caller's: not restarted
                 first.unrestartable.add(env_index)
             error = EnvTimeoutError("step", [env_index], seconds)
             first.ready[env_index] = Failure(env_index, "step", error,
@@ -424,7 +424,6 @@ class Engine:
         """
         deadline = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         in_flight.deadline = deadline
-        in_flight.restart_late = type(deadline) is not CallerDeadline
         try:
             assert in_flight.pending is not None
             if deadline is None:  # no cancel scope of our own: the caller's still apply

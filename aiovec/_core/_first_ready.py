@@ -51,9 +51,8 @@ class FirstReady:
         self.arrivals = arrivals
         #: env index -> (its request, its position there), until its result lands.
         self.in_flight: dict[int, tuple[Pending, int]] = {}
-        #: env index -> (deadline on the loop's clock, the timeout it came from, whether a
-        #: sub-env late for it is restarted: not when it was the caller's own deadline).
-        self.deadlines: dict[int, tuple[float, float, bool]] = {}
+        #: env index -> (deadline on the loop's clock, the timeout it came from).
+        self.deadlines: dict[int, tuple[float, float]] = {}
         #: Sub-envs given up on at the caller's own deadline, until received: not restarted.
         self.unrestartable: set[int] = set()
         #: env index -> its reply, in landing order, until a ``recv`` returns it.
@@ -69,15 +68,14 @@ class FirstReady:
         in_flight, ready = self.in_flight, self.ready
         return [env for env in env_ids if env in in_flight or env in ready]
 
-    def sent(self, pending: Pending, deadline: float | None, timeout: float | None, *,
-             restart_late: bool = True) -> None:
+    def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
         """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
         in_flight = self.in_flight
         for position, env_index in enumerate(pending.env_indices):
             in_flight[env_index] = (pending, position)
         if deadline is not None and timeout is not None:
             for env_index in pending.env_indices:
-                self.deadlines[env_index] = (deadline, timeout, restart_late)
+                self.deadlines[env_index] = (deadline, timeout)
 
     def collect(self) -> None:
         """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on,
@@ -94,18 +92,17 @@ class FirstReady:
 
     def next_deadline(self) -> float:
         """The earliest deadline of a sub-env still stepping (``inf``: none)."""
-        return min((deadline for deadline, _, _ in self.deadlines.values()), default=math.inf)
+        return min((deadline for deadline, _ in self.deadlines.values()), default=math.inf)
 
-    def expire(self, now: float) -> list[tuple[int, float, bool]]:
-        """Give up on the sub-envs whose deadline passed → ``(env index, timeout, whether to
-        restart it)`` each.
+    def expire(self, now: float) -> list[tuple[int, float]]:
+        """Give up on the sub-envs whose deadline passed → ``(env index, timeout)`` each.
 
         A result that landed but is not collected yet (a thread delivers at any moment) is
         not late.
         """
-        late = [(env_index, timeout, restart) for env_index, (deadline, timeout, restart)
-                in self.deadlines.items() if deadline <= now and not self._landed(env_index)]
-        for env_index, _, _ in late:
+        late = [(env_index, timeout) for env_index, (deadline, timeout) in self.deadlines.items()
+                if deadline <= now and not self._landed(env_index)]
+        for env_index, _ in late:
             del self.deadlines[env_index]
             del self.in_flight[env_index]
         return late

@@ -44,7 +44,7 @@ class InFlight:
     and not yet collected."""
 
     __slots__ = ("deadline", "early", "env_indices", "failed", "late", "op", "operation",
-                 "out", "payloads", "pending", "remake", "restart_late")
+                 "out", "payloads", "pending", "remake")
 
     def __init__(self, operation: str, op: Op, env_indices: Sequence[int],
                  payloads: Sequence[Any], pending: Pending | None,
@@ -60,9 +60,6 @@ class InFlight:
         self.early: dict[int, Failure] = {}
         self.deadline: float | None = None
         self.late: list[int] = []
-        #: False when the deadline is the caller's (``CallerDeadline``): a call that missed
-        #: it restarts nothing.
-        self.restart_late = True
         self.failed: list[Failure] = []
         #: The caller's buffer for the observations (``out=``, checked), or ``None``.
         self.out = out
