@@ -124,16 +124,18 @@ def http_routes(server: EnvServer) -> list[Route]:
         session = manager.get(request.path_params["session_id"], principal)
         body, size = await read_body(request, server)
         big = size > server.limits.offload_bytes
-        async with server.turn_for(session), session.use():
-            async def gone() -> None:
-                while (await request.receive())["type"] != "http.disconnect":
-                    pass
 
-            finished, result = await watched(gone, lambda: perform(
-                session, request.path_params["op"], body, server.telemetry, big=big))
-            if finished:
-                return Response(await dump_json(result, server.limits),
-                                media_type="application/json")
+        async def gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        async with server.turn_for(session):
+            with session.use():
+                finished, result = await watched(gone, lambda: perform(
+                    session, request.path_params["op"], body, server.telemetry, big=big))
+                if finished:
+                    return Response(await dump_json(result, server.limits),
+                                    media_type="application/json")
         # Nobody is listening any more: release what the client leased.
         await manager.close(session, "disconnected")
         return Response(status_code=499)

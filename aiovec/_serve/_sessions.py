@@ -12,8 +12,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,20 +73,33 @@ class Session:
         return {**self._schema, "steps": self.steps,
                 "restarts": self.envs.statistics().restarts, "busy": self.busy}
 
-    @asynccontextmanager
-    async def use(self) -> AsyncIterator[Session]:
-        """Claim the session for one request (409 ``busy`` if another request has it)."""
-        if self.closed:
-            raise ServeError("unknown_session", f"session {self.session_id} was closed")
-        if self.busy:
-            raise ServeError("busy", f"session {self.session_id} is serving another request: "
-                             "send one request at a time")
-        self.busy = True
-        try:
-            yield self
-        finally:
-            self.busy = False
-            self.last_used = time.monotonic()
+    def use(self) -> _Claim:
+        """Claim the session for one request (409 ``busy`` if another request has it), as
+        ``with session.use():`` (no await: a step's round trip pays for no loop turn here)."""
+        return _Claim(self)
+
+
+class _Claim:
+    """A session claimed for one request: released (and its idle clock restarted) on exit."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __enter__(self) -> Session:
+        session = self.session
+        if session.closed:
+            raise ServeError("unknown_session", f"session {session.session_id} was closed")
+        if session.busy:
+            raise ServeError("busy", f"session {session.session_id} is serving another "
+                             "request: send one request at a time")
+        session.busy = True
+        return session
+
+    def __exit__(self, *_exc_info: object) -> None:
+        self.session.busy = False
+        self.session.last_used = time.monotonic()
 
 
 class SessionManager:

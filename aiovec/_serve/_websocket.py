@@ -13,14 +13,13 @@ otherwise (deleted, reaped, shutdown), the connection is closed with code 4404.
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
-from anyio.streams.memory import MemoryObjectSendStream
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -119,6 +118,12 @@ class _Connection:
         self.server, self.websocket, self.session, self.group = server, websocket, session, group
         self.running: tuple[Any, anyio.CancelScope] | None = None
         self.cancelled: OrderedDict[Any, None] = OrderedDict()
+        # Requests read ahead of the running one, handed from the reader to the runner
+        # (``next_request``): an event set for whichever of them waits for the other.
+        self.queued: deque[_Request] = deque()
+        self.reading = True
+        self.arrived: anyio.Event | None = None  # the runner waits for a request
+        self.room: anyio.Event | None = None  # the reader waits for room in the queue
         self.ended = False  # the client hung up, or the server closed the connection
 
     def end(self) -> None:
@@ -140,9 +145,10 @@ class _Connection:
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):
             await self.websocket.close(code, reason[:120])
 
-    async def read(self, queue: MemoryObjectSendStream[_Request]) -> None:
-        """Read messages until the client hangs up; act on ``cancel`` at once."""
-        with queue:
+    async def read(self) -> None:
+        """Read messages until the client hangs up; act on ``cancel`` at once, queue the
+        rest for ``next_request``."""
+        try:
             while True:
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -160,7 +166,35 @@ class _Connection:
                 if request.op == "cancel":
                     self.cancel(request.request_id)
                     continue
-                await queue.send(request)
+                while len(self.queued) >= _QUEUE:  # read no further ahead
+                    self.room = anyio.Event()
+                    await self.room.wait()
+                self.queued.append(request)
+                self._wake_runner()
+        finally:
+            self.reading = False
+            self._wake_runner()
+
+    def _wake_runner(self) -> None:
+        arrived, self.arrived = self.arrived, None
+        if arrived is not None:
+            arrived.set()
+
+    async def next_request(self) -> _Request | None:
+        """The next request read, in order; ``None`` once the reader stopped and none is
+        left. A request already read is returned without a loop turn (the step it runs
+        yields before its sub-envs step)."""
+        queued = self.queued
+        while not queued:
+            if not self.reading:
+                return None
+            self.arrived = arrived = anyio.Event()
+            await arrived.wait()
+        request = queued.popleft()
+        room, self.room = self.room, None
+        if room is not None:
+            room.set()
+        return request
 
     async def watch_session(self) -> None:
         """Close the connection once its session is closed elsewhere (deleted, reaped)."""
@@ -193,10 +227,11 @@ class _Connection:
             with scope:
                 # The turn is for the step only: the answer is sent after, so a client that
                 # stops reading holds up no one but itself.
-                async with self.server.turn_for(self.session), self.session.use():
-                    performed = True  # ``perform`` counts it, however it ends
-                    result = await perform(self.session, request.op, request.fields,
-                                           telemetry, big=request.big)
+                async with self.server.turn_for(self.session):
+                    with self.session.use():
+                        performed = True  # ``perform`` counts it, however it ends
+                        result = await perform(self.session, request.op, request.fields,
+                                               telemetry, big=request.big)
         except Exception as error:
             await self.refuse(request.request_id, request.binary, error)
             return True
@@ -217,15 +252,13 @@ async def _drive(server: EnvServer, websocket: WebSocket, session: Session) -> N
     manager = server.manager  # (the lifespan may end before the connection does)
     ended = True
     try:
-        send, receive = anyio.create_memory_object_stream[_Request](_QUEUE)
         async with anyio.create_task_group() as group:
             connection = _Connection(server, websocket, session, group)
-            group.start_soon(connection.read, send)
+            group.start_soon(connection.read)
             group.start_soon(connection.watch_session)
-            with receive:
-                async for request in receive:
-                    if not await connection.serve(request):
-                        break
+            while (request := await connection.next_request()) is not None:
+                if not await connection.serve(request):
+                    break
             group.cancel_scope.cancel()
         ended = connection.ended
     finally:

@@ -94,6 +94,8 @@ _BOOL = RAW_DTYPES["|b1"]
 #: Each raw dtype's type string, by dtype (``dtype.str`` is computed at every call).
 _CODES = {dtype: code for code, dtype in RAW_DTYPES.items()}
 _ARRAY_KEY = "$array"
+_HEADER_START = b'{"arrays":'
+_TREE_KEY = b',"tree":'
 _OBJECTS_KEY = "$objects"
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _PREFIX = len(FRAME_MAGIC) + 4
@@ -103,8 +105,25 @@ _HEADER_DECODER = json.JSONDecoder()
 #: One JSON value at a position → (value, end); the C scanner ``JSONDecoder`` wraps.
 _scan_json: Callable[[str, int], tuple[Any, int]] = \
     _HEADER_DECODER.scan_once  # type: ignore[attr-defined]
-# The tree it encodes is built afresh by _convert, so it cannot be circular.
+# The trees it encodes are built afresh by _convert, so they cannot be circular.
 _HEADER_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
+
+
+def _unencodable(value: object) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")  # _convert leaves none
+
+
+#: ``_HEADER_ENCODER.encode`` without making a new C encoder at each call (as it does).
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+if _c_encoder is not None:
+    _chunks = _c_encoder(None, _unencodable, json.encoder.encode_basestring_ascii, None, ":",
+                         ",", False, False, True)
+
+    def _json_text(tree: Any) -> str:
+        return "".join(_chunks(tree, 0))
+else:  # pragma: no cover - a Python without the _json accelerator
+    def _json_text(tree: Any) -> str:
+        return _HEADER_ENCODER.encode(tree)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -120,7 +139,8 @@ def encode_frame(message: Any) -> bytes:
     ``MAX_HEADER_SIZE``."""
     buffers = _Buffers()
     tree = _convert(message, 0, buffers)
-    header = _HEADER_ENCODER.encode({"arrays": buffers.table, "tree": tree}).encode()
+    table, offsets = _table_of(tuple(buffers.layout))
+    header = b"".join((_HEADER_START, table, _TREE_KEY, _json_text(tree).encode(), b"}"))
     if len(header) > MAX_HEADER_SIZE:
         raise ValueError(f"the message's JSON part is {len(header)} bytes, more than a frame "
                          f"carries ({MAX_HEADER_SIZE})")
@@ -128,10 +148,10 @@ def encode_frame(message: Any) -> bytes:
     parts: list[Any] = [FRAME_MAGIC, len(header).to_bytes(4, "little"), header,
                         _PADDING[:_aligned(end) - end]]
     position = 0
-    for (_, _, offset, nbytes), array in zip(buffers.table, buffers.arrays):
+    for offset, array in zip(offsets, buffers.arrays):
         parts.append(_PADDING[:offset - position])
         parts.append(array)
-        position = offset + nbytes
+        position = offset + array.nbytes
     return b"".join(parts)
 
 
@@ -207,12 +227,13 @@ def is_frame(data: object) -> bool:
 # --- encoding -------------------------------------------------------------------------------
 
 class _Buffers:
-    """The arrays a frame carries raw, and their table in the header, laid out as they come."""
+    """The arrays a frame carries raw, and their (type string, shape) in order."""
+
+    __slots__ = ("arrays", "layout")
 
     def __init__(self) -> None:
-        self.table: list[list[Any]] = []
         self.arrays: list[np.ndarray[Any, Any]] = []
-        self.size = 0
+        self.layout: list[tuple[str, tuple[int, ...]]] = []
 
     def add(self, array: np.ndarray[Any, Any]) -> dict[str, int] | None:
         """The placeholder for ``array`` as raw bytes, or ``None`` if its dtype goes as JSON."""
@@ -227,11 +248,36 @@ class _Buffers:
             code = dtype.str
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        offset = -(-self.size // _ALIGNMENT) * _ALIGNMENT
-        self.table.append([code, list(array.shape), offset, array.nbytes])
+        index = len(self.arrays)
+        self.layout.append((code, array.shape))
         self.arrays.append(array)
-        self.size = offset + array.nbytes
-        return {_ARRAY_KEY: len(self.arrays) - 1}
+        return _PLACEHOLDERS[index] if index < len(_PLACEHOLDERS) else {_ARRAY_KEY: index}
+
+
+#: A sender's stream of frames repeats a few layouts (a session's step answers, its
+#: requests): the arrays table's text and offsets, by (type string, shape) of each array.
+_tables: dict[tuple[tuple[str, tuple[int, ...]], ...], tuple[bytes, list[int]]] = {}
+_MAX_TABLES = 256
+#: Array placeholders for the first arrays of a tree, shared (they are only read).
+_PLACEHOLDERS = [{_ARRAY_KEY: index} for index in range(64)]
+
+
+def _table_of(layout: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[bytes, list[int]]:
+    """The arrays table (as JSON text) and offsets of arrays laid out in order."""
+    known = _tables.get(layout)
+    if known is None:
+        table, offsets, size = [], [], 0
+        for code, shape in layout:
+            offset = _aligned(size)
+            nbytes = RAW_DTYPES[code].itemsize * math.prod(shape)
+            table.append([code, list(shape), offset, nbytes])
+            offsets.append(offset)
+            size = offset + nbytes
+        known = (_json_text(table).encode(), offsets)
+        if len(_tables) >= _MAX_TABLES:
+            _tables.clear()
+        _tables[layout] = known
+    return known
 
 
 def _aligned(position: int) -> int:
@@ -373,10 +419,8 @@ def _read_arrays(table: object, frame: bytes | memoryview,
 # A stream of frames of one kind (a session's step answers, its step requests) carries the
 # same arrays table in each: checked once, its layout is remembered by the table's exact
 # text, and the next frames with that text parse only their tree. encode_frame writes the
-# header as '{"arrays":' TABLE ',"tree":' TREE '}'; a header written otherwise (or whose
-# tree does not parse alone) takes the full path.
-_HEADER_START = b'{"arrays":'
-_TREE_KEY = b',"tree":'
+# header as '{"arrays":' TABLE ',"tree":' TREE '}' (_HEADER_START, _TREE_KEY); a header
+# written otherwise (or whose tree does not parse alone) takes the full path.
 #: The most layouts remembered (then forgotten all at once, and learnt again), and the
 #: longest table text remembered: at most ~1 MiB in all, whatever peers send.
 _MAX_LAYOUTS = 256
@@ -398,33 +442,35 @@ def _split_header(text: bytes) -> tuple[bytes, bytes] | None:
 def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
                   ) -> tuple[Any, list[np.ndarray[Any, Any]] | None]:
     """(tree, arrays) if the header's table is one checked before, else (None, None)."""
-    split = _split_header(text)
-    if split is None:
+    if not text.startswith(_HEADER_START):
         return None, None
-    layout = _layouts.get(split[0])
+    end = text.find(_TREE_KEY, len(_HEADER_START))
+    if end < 0:
+        return None, None
+    layout = _layouts.get(text[len(_HEADER_START):end])
     if layout is None:
         return None, None
     entries, data_size = layout
     if len(frame) - data_start != data_size:
         return None, None  # the full path says what is wrong
-    text_of_tree = str(split[1], "utf-8", "replace")  # (a bad byte fails the scan below)
-    try:  # exactly one JSON value, as encode_frame writes it (no whitespace around)
-        tree, end = _scan_json(text_of_tree, 0)
-    except (StopIteration, ValueError, RecursionError):
+    try:  # then exactly one JSON value and the header's '}', as encode_frame writes them
+        header = text.decode()  # (the table before it is ASCII: positions are the same)
+        tree, tree_end = _scan_json(header, end + len(_TREE_KEY))
+    except (StopIteration, ValueError, RecursionError):  # UnicodeDecodeError included
         return None, None
-    if end != len(text_of_tree) or "\ufffd" in text_of_tree:
+    if tree_end != len(header) - 1 or header[tree_end] != "}":
         return None, None
     arrays = []
     for dtype, count, shape, offset in entries:
+        if not count:
+            arrays.append(np.zeros(shape, dtype))
+            continue
         if dtype is _BOOL:  # any byte but 0 is True, as one byte 1
-            array = np.frombuffer(frame, np.uint8, count, data_start + offset).reshape(
-                shape).astype(bool)
-        elif count:
-            array = np.frombuffer(frame, dtype, count, data_start + offset).reshape(
-                shape).copy()
+            raw = np.frombuffer(frame, np.uint8, count, data_start + offset)
+            arrays.append((raw if len(shape) == 1 else raw.reshape(shape)).astype(bool))
         else:
-            array = np.zeros(shape, dtype)
-        arrays.append(array)
+            raw = np.frombuffer(frame, dtype, count, data_start + offset)
+            arrays.append((raw if len(shape) == 1 else raw.reshape(shape)).copy())
     return tree, arrays
 
 
