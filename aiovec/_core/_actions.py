@@ -98,14 +98,27 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
                                  f"got {array.dtype}")
             accepted.add(array.dtype)
-        if values and not (bounds is not None and array.size  # NaN fails both: no shortcut
-                           and array.min() >= bounds[0] and array.max() <= bounds[1]):
+        if values and not (bounds is not None and _within(array, bounds)):
             offenders = np.flatnonzero(_outside(space, array)).tolist()
             if offenders:
                 raise _Outside(space, where, offenders, array[offenders[0]].tolist())
         return np.array(array) if copy else array
 
     return check, list
+
+
+#: Up to this many values, bounds are checked in Python: faster than two reductions.
+_FEW_VALUES = 16
+
+
+def _within(array: np.ndarray[Any, Any], bounds: tuple[Any, Any]) -> bool:
+    """Every value within ``bounds`` (False when empty: the slow path then finds none
+    outside). NaN is within no bounds: a comparison with it is False, both ways."""
+    low, high = bounds
+    size = array.size
+    if size > _FEW_VALUES:
+        return bool(array.min() >= low and array.max() <= high)
+    return size > 0 and all(low <= value <= high for value in array.ravel().tolist())
 
 
 def _dict_rules(space: spaces.Dict, num_envs: int, values: bool) -> tuple[Check, Split]:

@@ -50,7 +50,9 @@ already read from the socket is returned at once, without yielding to the event 
 from __future__ import annotations
 
 import contextlib
+import os
 import ssl
+import struct
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple
@@ -88,6 +90,7 @@ CLOSE_TIMEOUT_SECONDS = 2.0
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 
 _OPEN = ConnectionState.OPEN
+_TEXT, _BINARY = 0x1, 0x2  # the opcodes of data frames
 _LOCAL_CLOSING = ConnectionState.LOCAL_CLOSING
 _REMOTE_CLOSING = ConnectionState.REMOTE_CLOSING
 #: How much of a rejection's body its error message shows.
@@ -148,6 +151,23 @@ def _parse_url(url: str) -> _Address:
     return _Address(secure, parts.hostname, port, parts.netloc.rpartition("@")[2], resource)
 
 
+def _client_frame(opcode: int, payload: bytes | bytearray | memoryview, mask: bytes) -> bytes:
+    """A whole message as one final frame from a client (RFC 6455 section 5.2: no
+    extension, the payload masked with the 4-byte ``mask``)."""
+    size = memoryview(payload).nbytes
+    if size < 126:
+        header = bytes((0x80 | opcode, 0x80 | size))
+    elif size < 1 << 16:
+        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, size)
+    else:
+        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, size)
+    if not size:
+        return header + mask
+    key = (mask * (size // 4 + 1))[:size]
+    masked = int.from_bytes(payload, "little") ^ int.from_bytes(key, "little")
+    return b"".join((header, mask, masked.to_bytes(size, "little")))
+
+
 def _encoded_length(text: str) -> int:
     """The UTF-8 size of ``text``, without encoding it when it is ASCII (checked in O(1))."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -179,6 +199,9 @@ class WebSocket:
         self._binary_parts: list[bytes] = []
         self._message_bytes = 0
         self._owed_pong: bytes | None = None
+        # Masking keys for the frames sent (os.urandom, 4 bytes a frame), drawn a page at once.
+        self._masks = b""
+        self._mask_at = 0
         # (code, reason) of the close that ended the connection, once either side started it.
         self._close: tuple[int, str] | None = None
         self._stream_closed = False
@@ -281,12 +304,11 @@ class WebSocket:
 
     async def send_text(self, text: str) -> None:
         """Send one text message."""
-        await self._write_event(TextMessage(data=text))
+        await self._write_message(_TEXT, text.encode())
 
     async def send_bytes(self, data: bytes | bytearray | memoryview) -> None:
         """Send one binary message."""
-        # wsproto frames any buffer (it copies it into the frame): no bytes() copy first.
-        await self._write_event(BytesMessage(data=data))  # type: ignore[arg-type]
+        await self._write_message(_BINARY, data)
 
     async def receive(self) -> str | bytes:
         """The next whole message: ``str`` for text, ``bytes`` for binary. Answers pings on
@@ -465,6 +487,21 @@ class WebSocket:
 
     # Sending
 
+    async def _write_message(self, opcode: int, payload: bytes | bytearray | memoryview
+                             ) -> None:
+        """Frame a whole message (one frame, masked) and write it, under the write lock.
+        Framed here, not by wsproto: a data frame changes nothing in its state, and this is
+        every step's path. Cancelled before it is written (the lock and the stream check),
+        nothing is sent."""
+        async with self._write_lock:
+            if self._protocol.state is not _OPEN or self._stream_closed:
+                raise self._closed_error()
+            if self._mask_at == len(self._masks):  # one urandom call per 1,024 frames
+                self._masks, self._mask_at = os.urandom(4096), 0
+            mask = self._masks[self._mask_at:self._mask_at + 4]
+            self._mask_at += 4
+            await self._write(_client_frame(opcode, payload, mask), atomic=False)
+
     async def _write_event(self, event: Event, *, atomic: bool = False) -> None:
         """Frame ``event`` and write it, under the write lock. A message when the connection
         is not open raises ``WebSocketClosed``; a pong or close frame that the state no longer
@@ -483,26 +520,29 @@ class WebSocket:
                 if isinstance(event, (Pong, CloseConnection)):
                     return
                 raise self._closed_error()
-            frame = self._protocol.send(event)
-            try:
-                if atomic:
-                    with anyio.CancelScope(shield=True) as scope:
-                        scope.deadline = anyio.current_time() + STALLED_WRITE_SECONDS
-                        await self._stream.send(frame)
-                    if scope.cancelled_caught:
-                        raise await self._break(
-                            f"the peer took no data for {STALLED_WRITE_SECONDS:g} s")
-                else:
+            await self._write(self._protocol.send(event), atomic=atomic)
+
+    async def _write(self, frame: bytes, *, atomic: bool) -> None:
+        """Write a whole frame (the write lock held); see ``_write_event`` for ``atomic``."""
+        try:
+            if atomic:
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + STALLED_WRITE_SECONDS
                     await self._stream.send(frame)
-            except anyio.BrokenResourceError as exc:
-                error = await self._break(f"the connection broke: {exc.__cause__ or exc!r}")
-                raise error from exc
-            except anyio.ClosedResourceError:  # aclose() or a break in another task
-                raise self._closed_error() from None
-            except WebSocketClosed:
-                raise
-            except BaseException:
-                # Cancelled while the stream waited for the peer to take data: the frame may
-                # be cut short, and then nothing sent after it can be understood.
-                await self._break("a send was cancelled while the peer was not taking data")
-                raise
+                if scope.cancelled_caught:
+                    raise await self._break(
+                        f"the peer took no data for {STALLED_WRITE_SECONDS:g} s")
+            else:
+                await self._stream.send(frame)
+        except anyio.BrokenResourceError as exc:
+            error = await self._break(f"the connection broke: {exc.__cause__ or exc!r}")
+            raise error from exc
+        except anyio.ClosedResourceError:  # aclose() or a break in another task
+            raise self._closed_error() from None
+        except WebSocketClosed:
+            raise
+        except BaseException:
+            # Cancelled while the stream waited for the peer to take data: the frame may
+            # be cut short, and then nothing sent after it can be understood.
+            await self._break("a send was cancelled while the peer was not taking data")
+            raise

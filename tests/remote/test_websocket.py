@@ -507,3 +507,40 @@ def test_the_errors_pickle() -> None:
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error)
         assert vars(copy) == vars(error)
+
+
+def _server_side() -> WSConnection:
+    """wsproto's server end of a connection whose handshake is done."""
+    server = WSConnection(ConnectionType.SERVER)
+    server.receive_data(WSConnection(ConnectionType.CLIENT).send(
+        Request(host="localhost", target="/")))
+    list(server.events())
+    server.send(AcceptConnection())
+    return server
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70001])
+def test_a_sent_frame_is_what_a_server_side_parser_reads(size: int) -> None:
+    """The client frames data messages itself (every step's path): masked, one final frame,
+    every length encoding (7, 16 and 64 bits) read back whole by wsproto's server side,
+    from bytes, a bytearray and a memoryview of another format."""
+    from aiovec._remote._websocket import _client_frame
+
+    payload = bytes(range(256)) * (size // 256 + 1)
+    for opcode, data in ((0x2, payload[:size]), (0x2, bytearray(payload[:size])),
+                         (0x1, "é".encode() * (size // 2) + b"x" * (size % 2))):
+        server = _server_side()
+        frame = _client_frame(opcode, data, b"\x9a\x17\x00\xe3")
+        assert frame[1] & 0x80 and b"\x9a\x17\x00\xe3" in frame[:14]  # masked
+        server.receive_data(frame)
+        (event,) = server.events()
+        assert event.message_finished
+        if opcode == 0x2:
+            assert isinstance(event, BytesMessage) and bytes(event.data) == bytes(data)
+        else:
+            assert isinstance(event, TextMessage) and event.data == data.decode()
+    server = _server_side()
+    floats = memoryview(struct.pack("<3d", 1.5, -2.0, 3.25)).cast("d")
+    server.receive_data(_client_frame(0x2, floats, b"abcd"))
+    (event,) = server.events()
+    assert bytes(event.data) == struct.pack("<3d", 1.5, -2.0, 3.25)
