@@ -59,11 +59,24 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from aiovec._wire._convert import (
+    ALIGNMENT,
+    ARRAY_KEY,
+    MAX_DEPTH,
+    OBJECTS_KEY,
+    RAW_DTYPES,
+    Buffers,
+    aligned,
+    convert,
+    json_text,
+    table_of,
+    to_jsonable,
+)
 from aiovec._wire._depth import nesting_depth
 
 __all__ = ["FRAME_MAGIC", "MAX_DEPTH", "MAX_DIMS", "MAX_HEADER_SIZE", "RAW_DTYPES",
@@ -71,16 +84,10 @@ __all__ = ["FRAME_MAGIC", "MAX_DEPTH", "MAX_DIMS", "MAX_HEADER_SIZE", "RAW_DTYPE
 
 #: The first four bytes of every frame: 0x89 (never the start of UTF-8 text), "AV", version "1".
 FRAME_MAGIC = b"\x89AV1"
-#: How deeply containers may nest in a message (the top-level container is at depth 0).
-MAX_DEPTH = 64
 #: How many dimensions an array in a frame may have.
 MAX_DIMS = 32
 #: The largest JSON header a frame may carry.
 MAX_HEADER_SIZE = 2**26
-#: The dtypes whose arrays a frame carries as raw bytes, by numpy's type string.
-RAW_DTYPES = {code: np.dtype(code) for code in (
-    "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
-    "<f2", "<f4", "<f8", "<c8", "<c16")}
 
 class FrameTooDeep(ValueError):
     """A frame whose tree nests deeper than the reader allows (a server answers
@@ -91,62 +98,28 @@ class FrameTooDeep(ValueError):
 #: entries, an array's reference below the deepest level.
 _HEADER_LEVELS = 4
 _BOOL = RAW_DTYPES["|b1"]
-#: Each raw dtype's type string, by dtype (``dtype.str`` is computed at every call).
-_CODES = {dtype: code for code, dtype in RAW_DTYPES.items()}
-_ARRAY_KEY = "$array"
 _HEADER_START = b'{"arrays":'
 _TREE_KEY = b',"tree":'
-_OBJECTS_KEY = "$objects"
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _PREFIX = len(FRAME_MAGIC) + 4
-_ALIGNMENT = 8
-_PADDING = bytes(_ALIGNMENT)
+_PADDING = bytes(ALIGNMENT)
 _HEADER_DECODER = json.JSONDecoder()
 #: One JSON value at a position → (value, end); the C scanner ``JSONDecoder`` wraps.
 _scan_json: Callable[[str, int], tuple[Any, int]] = \
     _HEADER_DECODER.scan_once  # type: ignore[attr-defined]
-# The trees it encodes are built afresh by _convert, so they cannot be circular.
-_HEADER_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
-
-
-def _unencodable(value: object) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON")  # _convert leaves none
-
-
-#: ``_HEADER_ENCODER.encode`` without making a new C encoder at each call (as it does).
-_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-if _c_encoder is not None:
-    _chunks = _c_encoder(None, _unencodable, json.encoder.encode_basestring_ascii, None, ":",
-                         ",", False, False, True)
-
-    def _json_text(tree: Any) -> str:
-        return "".join(_chunks(tree, 0))
-else:  # pragma: no cover - a Python without the _json accelerator
-    def _json_text(tree: Any) -> str:
-        return _HEADER_ENCODER.encode(tree)
-
-
-def to_jsonable(value: Any) -> Any:
-    """``value`` as a tree ``json.dumps(..., allow_nan=True)`` can render: numeric arrays as
-    nested lists, numpy scalars as Python scalars, tuples as lists, dict keys as strings,
-    anything else as its ``repr``. Never raises."""
-    return _convert(value, 0, None)
-
-
 def encode_frame(message: Any) -> bytes:
     """``message`` as one binary frame, its numeric arrays as raw bytes (the layout is in this
     module's docstring). Raises ``ValueError`` only if its JSON part passes
     ``MAX_HEADER_SIZE``."""
-    buffers = _Buffers()
-    tree = _convert(message, 0, buffers)
-    table, offsets = _table_of(tuple(buffers.layout))
-    header = b"".join((_HEADER_START, table, _TREE_KEY, _json_text(tree).encode(), b"}"))
+    buffers = Buffers()
+    tree = convert(message, 0, buffers)
+    table, offsets = table_of(tuple(buffers.layout))
+    header = b"".join((_HEADER_START, table, _TREE_KEY, json_text(tree).encode(), b"}"))
     if len(header) > MAX_HEADER_SIZE:
         raise ValueError(f"the message's JSON part is {len(header)} bytes, more than a frame "
                          f"carries ({MAX_HEADER_SIZE})")
     end = _PREFIX + len(header)
     parts: list[Any] = [FRAME_MAGIC, len(header).to_bytes(4, "little"), header,
-                        _PADDING[:_aligned(end) - end]]
+                        _PADDING[:aligned(end) - end]]
     position = 0
     for offset, array in zip(offsets, buffers.arrays):
         parts.append(_PADDING[:offset - position])
@@ -162,6 +135,10 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     or whose header is over ``max_header_size`` bytes or nests deeper than ``max_depth``."""
     # bytes are sliced and read as they are (numpy reads the arrays straight out of them);
     # any other buffer through a flat byte view.
+    if type(frame) is bytes:
+        message = _decode_known(frame, max_header_size, max_depth)
+        if message is not _UNKNOWN:
+            return message
     view: bytes | memoryview = frame if type(frame) is bytes else _byte_view(frame)
     size = len(view)
     if size < _PREFIX:
@@ -177,7 +154,7 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
     if header_size > max_header_size:
         raise ValueError(f"the frame's header would be {header_size} bytes, more than "
                          f"{max_header_size}")
-    data_start = _aligned(_PREFIX + header_size)
+    data_start = aligned(_PREFIX + header_size)
     if data_start > size:
         raise ValueError(f"the frame is truncated: {size} bytes, but its header and padding "
                          f"take {data_start}")
@@ -191,25 +168,15 @@ def decode_frame(frame: bytes | bytearray | memoryview, *,
         if depth > bound:
             raise FrameTooDeep(f"the frame's header nests {depth} levels deep: its tree nests "
                                f"deeper than {max_depth} levels")
-    tree, arrays = _known_layout(text, view, data_start)
-    if arrays is None:
-        try:
-            header = _HEADER_DECODER.decode(str(text, "utf-8"))
-        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-            raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
-        if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
-            raise ValueError("the frame's header must be a JSON object with 'arrays' and "
-                             "'tree'")
-        arrays = _read_arrays(header["arrays"], view, data_start)
-        tree = header["tree"]
-    else:
-        header = None
-    used = [False] * len(arrays)
-    message = _rebuild(tree, arrays, used, 0, max_depth)
-    if not all(used):
-        raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
-    if header is not None:  # a frame read whole: its table may serve the next ones
-        _remember_layout(text, header["arrays"])
+    try:
+        header = _HEADER_DECODER.decode(str(text, "utf-8"))
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"the frame's header is not UTF-8 JSON: {error}") from None
+    if not (isinstance(header, dict) and "arrays" in header and "tree" in header):
+        raise ValueError("the frame's header must be a JSON object with 'arrays' and 'tree'")
+    arrays = _read_arrays(header["arrays"], view, data_start)
+    message = _whole(header["tree"], arrays, max_depth)
+    _remember_layout(text, header["arrays"])  # read whole: its table may serve the next ones
     return message
 
 
@@ -222,143 +189,6 @@ def is_frame(data: object) -> bool:
         return (data.c_contiguous and data.nbytes >= 3
                 and bytes(data.cast("B")[:3]) == FRAME_MAGIC[:3])
     return False
-
-
-# --- encoding -------------------------------------------------------------------------------
-
-class _Buffers:
-    """The arrays a frame carries raw, and their (type string, shape) in order."""
-
-    __slots__ = ("arrays", "layout")
-
-    def __init__(self) -> None:
-        self.arrays: list[np.ndarray[Any, Any]] = []
-        self.layout: list[tuple[str, tuple[int, ...]]] = []
-
-    def add(self, array: np.ndarray[Any, Any]) -> dict[str, int] | None:
-        """The placeholder for ``array`` as raw bytes, or ``None`` if its dtype goes as JSON."""
-        code = _CODES.get(array.dtype)  # the usual case: a little-endian raw dtype
-        if code is None:
-            dtype = array.dtype
-            if dtype.str[0] == ">":
-                dtype = dtype.newbyteorder("<")
-                array = array.astype(dtype)
-            if dtype.str not in RAW_DTYPES:
-                return None
-            code = dtype.str
-        if not array.flags.c_contiguous:
-            array = array.copy(order="C")
-        index = len(self.arrays)
-        self.layout.append((code, array.shape))
-        self.arrays.append(array)
-        return _PLACEHOLDERS[index] if index < len(_PLACEHOLDERS) else {_ARRAY_KEY: index}
-
-
-#: A sender's stream of frames repeats a few layouts (a session's step answers, its
-#: requests): the arrays table's text and offsets, by (type string, shape) of each array.
-_tables: dict[tuple[tuple[str, tuple[int, ...]], ...], tuple[bytes, list[int]]] = {}
-_MAX_TABLES = 256
-#: Array placeholders for the first arrays of a tree, shared (they are only read).
-_PLACEHOLDERS = [{_ARRAY_KEY: index} for index in range(64)]
-
-
-def _table_of(layout: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[bytes, list[int]]:
-    """The arrays table (as JSON text) and offsets of arrays laid out in order."""
-    known = _tables.get(layout)
-    if known is None:
-        table, offsets, size = [], [], 0
-        for code, shape in layout:
-            offset = _aligned(size)
-            nbytes = RAW_DTYPES[code].itemsize * math.prod(shape)
-            table.append([code, list(shape), offset, nbytes])
-            offsets.append(offset)
-            size = offset + nbytes
-        known = (_json_text(table).encode(), offsets)
-        if len(_tables) >= _MAX_TABLES:
-            _tables.clear()
-        _tables[layout] = known
-    return known
-
-
-def _aligned(position: int) -> int:
-    return -(-position // _ALIGNMENT) * _ALIGNMENT
-
-
-def _repr(value: object) -> str:
-    try:
-        return repr(value)
-    except Exception:  # a broken __repr__, or one too deep to finish
-        return f"<{type(value).__qualname__} object>"
-
-
-def _string(key: object) -> str:
-    try:
-        return str(key)
-    except Exception:  # a broken __str__
-        return _repr(key)
-
-
-def _convert(value: Any, depth: int, buffers: _Buffers | None) -> Any:
-    """The JSON tree of ``value``: numeric arrays as nested lists, or, given ``buffers``, as
-    placeholders for raw buffers (and keys starting with ``$`` escaped)."""
-    kind = type(value)
-    if kind in _JSON_SCALARS:
-        return value
-    if kind is dict:  # the usual containers first, before the slower isinstance checks
-        return _convert_dict(value, depth, buffers)
-    if kind is np.ndarray or isinstance(value, np.ndarray):
-        dtype = value.dtype
-        if buffers is not None:
-            placeholder = buffers.add(value)
-            if placeholder is not None:
-                return placeholder
-        elif dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize <= 8):
-            return value.tolist()  # the common case, without a loop in Python
-        # Object, string, date, complex (in JSON) and longdouble arrays, element by element;
-        # one level deeper, so that a 0-d object array holding itself cannot loop forever.
-        if depth > MAX_DEPTH:
-            return _repr(value)
-        if buffers is not None and dtype.kind == "O":  # kept an object array for the receiver
-            items = [_convert(item, depth + 1, buffers) for item in value.ravel().tolist()]
-            return {_OBJECTS_KEY: items, "shape": list(value.shape)}
-        return _convert(value.tolist(), depth + 1, buffers)
-    if isinstance(value, Mapping):
-        return _convert_dict(value, depth, buffers)
-    if isinstance(value, (list, tuple)):
-        if depth > MAX_DEPTH:
-            return _repr(value)
-        return [_convert(item, depth + 1, buffers) for item in value]
-    if isinstance(value, np.generic):
-        if isinstance(value, np.floating) and value.dtype.itemsize > 8:
-            return float(value)  # longdouble: .item() would give it back unchanged
-        item = value.item()
-        return _repr(value) if isinstance(item, np.generic) else _convert(item, depth, buffers)
-    for plain in (int, float, str):  # subclasses: IntEnum, StrEnum...
-        if isinstance(value, plain):
-            try:
-                return plain(value)
-            except Exception:  # a subclass with a broken __int__, __float__ or __str__
-                break
-    return _repr(value)
-
-
-def _convert_dict(value: Mapping[Any, Any], depth: int, buffers: _Buffers | None) -> Any:
-    if depth > MAX_DEPTH:
-        return _repr(value)
-    converted = {}
-    for key, item in value.items():
-        if type(key) is not str:
-            key = _string(key)
-        if buffers is not None and key[:1] == "$":
-            key = "$" + key
-        kind = type(item)
-        if kind in _JSON_SCALARS:
-            converted[key] = item
-        elif kind is np.ndarray and buffers is not None:  # most of a frame's values
-            converted[key] = buffers.add(item) or _convert(item, depth + 1, buffers)
-        else:
-            converted[key] = _convert(item, depth + 1, buffers)
-    return converted
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -397,9 +227,9 @@ def _read_arrays(table: object, frame: bytes | memoryview,
             raise ValueError(f"the frame's array {index} has shape {shape!r:.80}, not a list of "
                              f"at most {MAX_DIMS} non-negative integers")
         if not (type(offset) is int and type(nbytes) is int and offset >= 0 and nbytes >= 0
-                and offset % _ALIGNMENT == 0):
+                and offset % ALIGNMENT == 0):
             raise ValueError(f"the frame's array {index} has offset {offset!r:.40} and nbytes "
-                             f"{nbytes!r:.40}: not a multiple of {_ALIGNMENT} and a count")
+                             f"{nbytes!r:.40}: not a multiple of {ALIGNMENT} and a count")
         if nbytes != dtype.itemsize * count:
             raise ValueError(f"the frame's array {index} has nbytes {nbytes}, but a {code} "
                              f"array of shape {shape} takes {dtype.itemsize * count}")
@@ -439,27 +269,50 @@ def _split_header(text: bytes) -> tuple[bytes, bytes] | None:
     return text[len(_HEADER_START):end], text[end + len(_TREE_KEY):-1]
 
 
-def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
-                  ) -> tuple[Any, list[np.ndarray[Any, Any]] | None]:
-    """(tree, arrays) if the header's table is one checked before, else (None, None)."""
-    if not text.startswith(_HEADER_START):
-        return None, None
-    end = text.find(_TREE_KEY, len(_HEADER_START))
-    if end < 0:
-        return None, None
-    layout = _layouts.get(text[len(_HEADER_START):end])
+_UNKNOWN = object()
+_TABLE_START = _PREFIX + len(_HEADER_START)
+
+
+def _decode_known(frame: bytes, max_header_size: int, max_depth: int) -> Any:
+    """The message of a frame whose table is one checked before and whose tree is shallow,
+    read straight out of it; ``_UNKNOWN`` for any other (``decode_frame``'s full path then
+    reads it, or says what is wrong)."""
+    header_end = _PREFIX + int.from_bytes(frame[4:_PREFIX], "little")
+    if (frame[:4] != FRAME_MAGIC or header_end - _PREFIX > max_header_size
+            or not frame.startswith(_HEADER_START, _PREFIX)):
+        return _UNKNOWN
+    table_end = frame.find(_TREE_KEY, _TABLE_START, header_end)
+    layout = _layouts.get(frame[_TABLE_START:table_end]) if table_end > 0 else None
     if layout is None:
-        return None, None
+        return _UNKNOWN
     entries, data_size = layout
-    if len(frame) - data_start != data_size:
-        return None, None  # the full path says what is wrong
-    try:  # then exactly one JSON value and the header's '}', as encode_frame writes them
-        header = text.decode()  # (the table before it is ASCII: positions are the same)
-        tree, tree_end = _scan_json(header, end + len(_TREE_KEY))
+    data_start = aligned(header_end)
+    tree_text = frame[table_end + len(_TREE_KEY):header_end - 1]
+    if (len(frame) != data_start + data_size or frame[header_end - 1] != 0x7D  # '}'
+            or tree_text.count(b"[") + tree_text.count(b"{") > max_depth):
+        return _UNKNOWN
+    try:  # exactly one JSON value, as encode_frame writes it
+        text = tree_text.decode()
+        tree, end = _scan_json(text, 0)
     except (StopIteration, ValueError, RecursionError):  # UnicodeDecodeError included
-        return None, None
-    if tree_end != len(header) - 1 or header[tree_end] != "}":
-        return None, None
+        return _UNKNOWN
+    if end != len(text):
+        return _UNKNOWN
+    return _whole(tree, _arrays_of(entries, frame, data_start), max_depth)
+
+
+def _whole(tree: Any, arrays: list[np.ndarray[Any, Any]], max_depth: int) -> Any:
+    """The message ``tree`` stands for, in which each of ``arrays`` appears once."""
+    used = [False] * len(arrays)
+    message = _rebuild(tree, arrays, used, 0, max_depth)
+    if not all(used):
+        raise ValueError(f"the frame's array {used.index(False)} is not in its tree")
+    return message
+
+
+def _arrays_of(entries: tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...],
+               frame: bytes | memoryview, data_start: int) -> list[np.ndarray[Any, Any]]:
+    """The arrays of a remembered layout, copied out of ``frame``."""
     arrays = []
     for dtype, count, shape, offset in entries:
         if not count:
@@ -471,7 +324,7 @@ def _known_layout(text: bytes, frame: bytes | memoryview, data_start: int
         else:
             raw = np.frombuffer(frame, dtype, count, data_start + offset)
             arrays.append((raw if len(shape) == 1 else raw.reshape(shape)).copy())
-    return tree, arrays
+    return arrays
 
 
 def _remember_layout(text: bytes, table: list[list[Any]]) -> None:
@@ -482,7 +335,7 @@ def _remember_layout(text: bytes, table: list[list[Any]]) -> None:
     split = _split_header(text)
     if split is None or len(split[0]) > _MAX_TABLE_BYTES or split[0] in _layouts:
         return
-    if _HEADER_ENCODER.encode(table).encode() != split[0]:
+    if json_text(table).encode() != split[0]:
         return
     entries = tuple((RAW_DTYPES[code], _element_count(shape), tuple(shape), offset)
                     for code, shape, offset, _nbytes in table)
@@ -527,14 +380,14 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
     """The message a header's tree stands for: placeholders replaced, ``$`` keys unescaped."""
     kind = type(node)
     if kind is dict:
-        index = node.get(_ARRAY_KEY)
+        index = node.get(ARRAY_KEY)
         if index is not None:
             if type(index) is int and len(node) == 1 and 0 <= index < len(arrays) \
                     and not used[index]:
                 used[index] = True
                 return arrays[index]
             return _placeholder(node, arrays, used)  # says what is wrong with it
-        if _OBJECTS_KEY in node:
+        if OBJECTS_KEY in node:
             return _object_array(node, arrays, used, depth, limit)
         if depth > limit:
             raise FrameTooDeep(f"the frame's tree nests deeper than {limit} levels")
@@ -548,7 +401,7 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
             # Scalars and array placeholders without a call: most of a tree's leaves are.
             child_kind = type(child)
             if child_kind is dict:
-                index = child.get(_ARRAY_KEY)
+                index = child.get(ARRAY_KEY)
                 if type(index) is int and len(child) == 1 and 0 <= index < len(arrays) \
                         and not used[index]:
                     used[index] = True
@@ -571,12 +424,12 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
 
 def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used: list[bool],
                   depth: int, limit: int) -> np.ndarray[Any, Any]:
-    items, shape = node[_OBJECTS_KEY], node.get("shape")
+    items, shape = node[OBJECTS_KEY], node.get("shape")
     if (len(node) != 2 or type(items) is not list or type(shape) is not list
             or len(shape) > MAX_DIMS or not all(_is_count(size) for size in shape)
             or math.prod(shape) != len(items)):
         raise ValueError(f"the frame's tree has a bad object array {node!r:.80}: expected "
-                         f"{{{_OBJECTS_KEY!r}: items, 'shape': sizes}}, len(items) == "
+                         f"{{{OBJECTS_KEY!r}: items, 'shape': sizes}}, len(items) == "
                          "product(sizes)")
     array = np.empty(len(items), dtype=object)
     for index, item in enumerate(items):  # one by one: a list item stays one element
@@ -586,10 +439,10 @@ def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used
 
 def _placeholder(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]],
                  used: list[bool]) -> np.ndarray[Any, Any]:
-    index = node[_ARRAY_KEY]
+    index = node[ARRAY_KEY]
     if len(node) != 1 or not _is_count(index) or index >= len(arrays):
         raise ValueError(f"the frame's tree has a bad array placeholder {node!r:.80}: "
-                         f"expected {{{_ARRAY_KEY!r}: i}} with 0 <= i < {len(arrays)}")
+                         f"expected {{{ARRAY_KEY!r}: i}} with 0 <= i < {len(arrays)}")
     if used[index]:
         raise ValueError(f"the frame's array {index} appears twice in its tree")
     used[index] = True

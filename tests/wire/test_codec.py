@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiovec._wire import _codec
+from aiovec._wire import _codec, _convert
 from aiovec._wire._codec import (
     FRAME_MAGIC,
     MAX_DEPTH,
@@ -590,14 +590,14 @@ def test_the_writers_remembered_tables_give_each_layout_its_own_offsets() -> Non
     """A writer remembers the table of each (dtype, shape) sequence: frames of different
     layouts, written in turns and past the bound of remembered tables (then forgotten and
     learnt again), each carry their own table and decode to what was written."""
-    _codec._tables.clear()
+    _convert._tables.clear()
     messages = [{"a": np.arange(size, dtype=np.float32), "b": np.ones((size, 2), dtype=bool),
                  "c": np.full(3, size, dtype=np.int16)} for size in range(300)]
     for _ in range(2):
         for message in messages:
             assert_identical(decode_frame(encode_frame(message)), message)
-    assert 0 < len(_codec._tables) <= 256
+    assert 0 < len(_convert._tables) <= 256
     first = encode_frame(messages[1])
     assert encode_frame(messages[1]) == first  # the same text, remembered or not
-    _codec._tables.clear()
+    _convert._tables.clear()
     assert encode_frame(messages[1]) == first
