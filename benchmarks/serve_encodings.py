@@ -3,7 +3,7 @@ for one sub-env, 1.3x at 64), side by side in one run.
 
 Run it (about 1 minute)::
 
-    .venv/bin/python benchmarks/serve_encodings.py [--repeats 7] [--seconds 1]
+    .venv/bin/python benchmarks/serve_encodings.py [--repeats 11] [--seconds 1]
 
 The server is ``serve_load.py``'s (``aiovec.serve`` under uvicorn on uvloop, in a process
 of its own, CartPole on the inline backend); the client, in this process, is one
@@ -40,7 +40,7 @@ TARGETS = {1: 1.0, 64: 1.3}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--output", default=str(HERE / "results" / "serve_encodings.md"))
     args = parser.parse_args()

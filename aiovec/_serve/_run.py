@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import secrets
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from aiovec._serve._guard import is_loopback
 from aiovec._serve._server import EnvServer
 
 __all__ = ["run", "uvicorn_config"]
+
+#: The youngest generation's collection threshold while ``run`` serves (Python's default is
+#: 700). Requests in flight are alive when the young generations are collected, so they are
+#: promoted to the old one, and with thousands of sessions its full collections (tens of ms,
+#: every connection stalled meanwhile) came every second or so: ``/healthz`` p99 with 2,048
+#: sessions stepping flat out went from ~25 ms to ~6 ms with 10,000.
+GC_THRESHOLD = 10_000
 
 
 def uvicorn_config(server: EnvServer, *, host: str = "127.0.0.1", port: int = 8000,
@@ -73,10 +82,23 @@ def run(server: EnvServer, *, host: str = "127.0.0.1", port: int = 8000,
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda *_: None) if main_thread else None
     try:
-        with contextlib.suppress(KeyboardInterrupt):
+        with contextlib.suppress(KeyboardInterrupt), collecting_less_often():
             web.run()
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     if not web.started:
         raise RuntimeError("the server did not start (its log above says why)")
+
+
+@contextlib.contextmanager
+def collecting_less_often(threshold: int = GC_THRESHOLD) -> Iterator[None]:
+    """Raise the youngest generation's collection threshold to ``threshold`` (never lower
+    it) for the duration; the thresholds before are restored on the way out."""
+    before = gc.get_threshold()
+    if before[0] < threshold:
+        gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)

@@ -1,4 +1,5 @@
-"""EnvServer's own parts, in-process: the in-loop turns its inline sessions take."""
+"""EnvServer's own parts, in-process: the in-loop turns its inline sessions take, and what
+``run`` sets for the process while it serves."""
 
 from __future__ import annotations
 
@@ -47,3 +48,25 @@ async def test_an_in_loop_turn_waits_for_a_place_then_takes_it() -> None:
         assert order == [] and limiter.borrowed_tokens == 1
         await holder.__aexit__(None, None, None)
     assert order == ["waiting"] and limiter.borrowed_tokens == 0
+
+
+def test_serving_collects_the_young_generation_less_often_then_restores_it() -> None:
+    """``run`` raises the youngest generation's threshold while it serves (full collections
+    over thousands of sessions stalled every connection), never lowers it, and restores
+    what was there."""
+    import gc
+
+    from aiovec._serve._run import GC_THRESHOLD, collecting_less_often
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with collecting_less_often():
+            assert gc.get_threshold() == (GC_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(50_000, 5, 5)
+        with collecting_less_often():
+            assert gc.get_threshold() == (50_000, 5, 5)
+        assert gc.get_threshold() == (50_000, 5, 5)
+    finally:
+        gc.set_threshold(*before)
