@@ -58,8 +58,7 @@ raises ``ValueError`` saying what is wrong.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,6 +105,8 @@ _HEADER_DECODER = json.JSONDecoder()
 #: One JSON value at a position → (value, end); the C scanner ``JSONDecoder`` wraps.
 _scan_json: Callable[[str, int], tuple[Any, int]] = \
     _HEADER_DECODER.scan_once  # type: ignore[attr-defined]
+
+
 def encode_frame(message: Any) -> bytes:
     """``message`` as one binary frame, its numeric arrays as raw bytes (the layout is in this
     module's docstring). Raises ``ValueError`` only if its JSON part passes
@@ -311,20 +312,10 @@ def _whole(tree: Any, arrays: list[np.ndarray[Any, Any]], max_depth: int) -> Any
 
 
 def _arrays_of(entries: tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...],
-               frame: bytes | memoryview, data_start: int) -> list[np.ndarray[Any, Any]]:
+               frame: bytes, data_start: int) -> list[np.ndarray[Any, Any]]:
     """The arrays of a remembered layout, copied out of ``frame``."""
-    arrays = []
-    for dtype, count, shape, offset in entries:
-        if not count:
-            arrays.append(np.zeros(shape, dtype))
-            continue
-        if dtype is _BOOL:  # any byte but 0 is True, as one byte 1
-            raw = np.frombuffer(frame, np.uint8, count, data_start + offset)
-            arrays.append((raw if len(shape) == 1 else raw.reshape(shape)).astype(bool))
-        else:
-            raw = np.frombuffer(frame, dtype, count, data_start + offset)
-            arrays.append((raw if len(shape) == 1 else raw.reshape(shape)).copy())
-    return arrays
+    return [_copy_array(frame, data_start + offset, count, dtype, shape, index)
+            for index, (dtype, count, shape, offset) in enumerate(entries)]
 
 
 def _remember_layout(text: bytes, table: list[list[Any]]) -> None:
@@ -359,7 +350,7 @@ def _element_count(shape: object) -> int:
 
 
 def _copy_array(frame: bytes | memoryview, offset: int, count: int, dtype: np.dtype[Any],
-                shape: list[int], index: int) -> np.ndarray[Any, Any]:
+                shape: Sequence[int], index: int) -> np.ndarray[Any, Any]:
     """Array ``index`` as a new array owning its memory (its ``count`` elements start at
     byte ``offset`` of ``frame``)."""
     if not count:
@@ -368,10 +359,12 @@ def _copy_array(frame: bytes | memoryview, offset: int, count: int, dtype: np.dt
         except ValueError as error:  # the other dimensions are too big for numpy
             raise ValueError(f"the frame's array {index} of shape {shape}: {error}") from None
     array: np.ndarray[Any, Any]
-    if dtype.kind == "b":  # any byte but 0 is True, as one byte 1
-        array = np.frombuffer(frame, np.uint8, count, offset).reshape(shape).astype(bool)
+    if dtype is _BOOL:  # any byte but 0 is True, as one byte 1
+        raw = np.frombuffer(frame, np.uint8, count, offset)
+        array = (raw if len(shape) == 1 else raw.reshape(shape)).astype(bool)
     else:
-        array = np.frombuffer(frame, dtype, count, offset).reshape(shape).copy()
+        raw = np.frombuffer(frame, dtype, count, offset)
+        array = (raw if len(shape) == 1 else raw.reshape(shape)).copy()
     return array
 
 
@@ -425,16 +418,15 @@ def _rebuild(node: Any, arrays: list[np.ndarray[Any, Any]], used: list[bool], de
 def _object_array(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]], used: list[bool],
                   depth: int, limit: int) -> np.ndarray[Any, Any]:
     items, shape = node[OBJECTS_KEY], node.get("shape")
-    if (len(node) != 2 or type(items) is not list or type(shape) is not list
-            or len(shape) > MAX_DIMS or not all(_is_count(size) for size in shape)
-            or math.prod(shape) != len(items)):
+    if len(node) != 2 or type(items) is not list or _element_count(shape) != len(items):
         raise ValueError(f"the frame's tree has a bad object array {node!r:.80}: expected "
                          f"{{{OBJECTS_KEY!r}: items, 'shape': sizes}}, len(items) == "
                          "product(sizes)")
     array = np.empty(len(items), dtype=object)
     for index, item in enumerate(items):  # one by one: a list item stays one element
         array[index] = _rebuild(item, arrays, used, depth + 1, limit)
-    return array.reshape(shape)
+    shaped: np.ndarray[Any, Any] = array.reshape(shape)
+    return shaped
 
 
 def _placeholder(node: dict[str, Any], arrays: list[np.ndarray[Any, Any]],
