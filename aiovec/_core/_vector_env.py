@@ -31,6 +31,7 @@ from aiovec._core._in_flight import (
 from aiovec._core._loop_wakeup import threadsafe_caller
 from aiovec._core._observations import check_out
 from aiovec._core._recovery import Recovery
+from aiovec._core._refusals import check_can_recv
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
@@ -44,7 +45,6 @@ from aiovec._core._spaces import (
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import (
     BusyError,
-    NothingSentError,
     NotStartedError,
     SubEnvErrorGroup,
 )
@@ -171,6 +171,7 @@ class AsyncVectorEnv(Engine):
         up front. If a factory raises or hangs past ``timeout`` seconds, everything made so far
         is closed again and the error is raised; the vector env is then closed.
         """
+        timeout = check_timeout(timeout, "timeout")
         if self._state is State.RUNNING:
             return
         self._check_not_closed("start")
@@ -417,6 +418,8 @@ class AsyncVectorEnv(Engine):
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
         ``out``: as for ``step`` (the whole batch is written, reset or not).
         """
+        if timeout is not USE_DEFAULT:  # checked before anything is sent
+            timeout = check_timeout(timeout, "timeout")
         in_flight = await self._submit_reset(seed, options, out)
         return await self._finish_reset(in_flight, timeout)
 
@@ -431,6 +434,8 @@ class AsyncVectorEnv(Engine):
         with one copy and returned as ``obs`` (``copy`` then does not apply); a wrong one is
         refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
+        if timeout is not USE_DEFAULT:  # checked before anything is sent
+            timeout = check_timeout(timeout, "timeout")
         in_flight = await self._submit_step(actions, out)
         return await self._finish_step(in_flight, timeout)
 
@@ -487,11 +492,9 @@ class AsyncVectorEnv(Engine):
         first = self._first_ready
         size = self.batch_size if batch_size is None else check_count(
             batch_size, "batch_size", self.num_envs)
-        if first is None or not first:
-            raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
-                                   "first), or every result was received already")
-        if first.receiving:
-            raise BusyError("cannot recv: another task is already receiving")
+        check_can_recv(running="recv" if first is not None and first.receiving else None,
+                       anything_owed=bool(first))
+        assert first is not None
         assert size is not None
         first.receiving = True
         try:
