@@ -2,8 +2,8 @@
 for ``AsyncVectorEnv`` and the remote client (the server's refusals are its vector env's,
 sent on), so a remote env refuses as a local one does.
 
-Each check is made before anything is sent, in the order below; a refused call changes
-nothing.
+Each check is made before anything is sent, after the call's deadline (``check_timeout``),
+in the order below; a refused call changes nothing.
 """
 
 from __future__ import annotations
