@@ -8,7 +8,8 @@ killed to stop a late one) is restarted by the policy, as without a caller's dea
 
 On the process backend sub-envs share workers here: a worker answers a lockstep call for its
 whole share, so a late sub-env's neighbours are late with it; in first-ready batches a
-neighbour stepping on its own request dies with the worker and is restarted.
+neighbour stepping on its own request dies with the worker and is restarted. A remote client's
+deadline is where the server applies the rule (the last test).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ import pytest
 
 import aiovec
 from aiovec._core._in_flight import CallerDeadline
+from aiovec.remote import AsyncRemoteVectorEnv
 from aiovec.testing import Fault, FaultLedger
 from tests.backends_matrix import LOCAL_DEADLINE_BACKENDS
 from tests.faults.envs import faulty
+from tests.serve.conftest import Server
+from tests.serve.conftest import serve as serve
 
 pytestmark = pytest.mark.anyio
 
@@ -136,30 +140,31 @@ async def test_recv_reports_the_late_sub_env_and_restarts_only_its_neighbour(
 
 
 @pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
-async def test_a_late_sub_env_received_first_stays_unrestarted_when_its_worker_is_remade(
+async def test_a_late_sub_env_received_alone_stays_unrestarted_when_its_worker_is_remade(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
-    """As above, one result at a time: the late sub-env's timeout comes first (its deadline
-    passed before its neighbour died of it); restarting the neighbour afterwards remakes the
-    worker, and the late one still waits for the caller's reset."""
+    """As above, one result at a time. On processes the late sub-env's timeout comes first
+    (its deadline passed before its neighbour died of it), and restarting the neighbour in
+    the next ``recv`` remakes their worker: the late one still waits for the caller's reset."""
     faults = {0: [Fault("hang", "step", at=0, instance=0)]}
     async with caller_deadline_envs(backend, ledger, faults, 2, 1) as envs:
         await envs.reset(seed=0)
         envs.send(np.full(1, 2.0), [0], timeout=CallerDeadline(DEADLINE))
         envs.send(np.full(1, 2.0), [1])
-        if backend == "process":  # the neighbour's result can only come after the kill
-            with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
-                await envs.recv(batch_size=1)
-            assert timed_out.value.env_ids == (0,)
-            batch = await envs.recv(batch_size=1)
-            assert batch.env_ids.tolist() == [1] and batch.infos["_restart"].tolist() == [True]
-        else:  # the neighbour answers at once
-            batch = await envs.recv(batch_size=1)
-            assert batch.env_ids.tolist() == [1] and "_restart" not in batch.infos
-            with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
-                await envs.recv(batch_size=1)
-            assert timed_out.value.env_ids == (0,)
+        outcomes: list[aiovec.StepBatch | aiovec.EnvTimeoutError] = []
+        for _ in range(2):
+            try:
+                outcomes.append(await envs.recv(batch_size=1))
+            except aiovec.EnvTimeoutError as timed_out:
+                outcomes.append(timed_out)
+        [late] = [item for item in outcomes if isinstance(item, aiovec.EnvTimeoutError)]
+        [batch] = [item for item in outcomes if isinstance(item, aiovec.StepBatch)]
+        assert late.env_ids == (0,) and batch.env_ids.tolist() == [1]
+        restarted = backend == "process"
+        assert ("_restart" in batch.infos) == restarted
+        if restarted:  # the other backends answer for sub-env 1 at once, most likely first
+            assert outcomes == [late, batch]
         assert envs.unusable_envs == (0,)
-        assert envs.statistics().restarts == int(backend == "process")
+        assert envs.statistics().restarts == int(restarted)
         await check_usable_after(envs, ledger)
 
 
@@ -175,3 +180,32 @@ async def check_usable_after(envs: aiovec.AsyncVectorEnv, ledger: FaultLedger) -
     envs.send(np.full(2, 4.0))
     batch = await envs.recv(batch_size=2)
     assert sorted(batch.env_ids.tolist()) == [0, 1] and "_restart" not in batch.infos
+
+
+async def test_a_remote_client_hears_of_its_late_sub_env_beside_a_restarted_neighbour(
+        serve: Any) -> None:
+    """Served on one worker process for both sub-envs: sub-env 0's step (action 666) hangs
+    past the client's 0.5 s, sub-env 1 dies with the killed worker and is restarted on the
+    server, and the client hears ``EnvTimeoutError`` for sub-env 0, which then needs its
+    reset, as locally."""
+    server: Server = serve("open")
+    async with AsyncRemoteVectorEnv(server.url, "SharedWorkerHang-v0", 2,
+                                    timeout=30.0) as remote:
+        await remote.reset(seed=0)
+        started = anyio.current_time()
+        remote.send(np.array([666.0]), [0], timeout=DEADLINE)
+        remote.send(np.array([1.0]), [1])
+        with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
+            await remote.recv(batch_size=2)
+        assert anyio.current_time() - started < DEADLINE + MARGIN
+        assert timed_out.value.env_ids == (0,)
+        with pytest.raises(aiovec.NothingSentError):  # both were received
+            await remote.recv()
+        remote.send(np.array([2.0]), [1])  # restarted: it steps on
+        assert (await remote.recv()).env_ids.tolist() == [1]
+        remote.send(np.array([2.0]), [0])
+        with pytest.raises(aiovec.ResetNeededError):
+            await remote.recv()
+        await remote.reset(seed=1)
+        remote.send(np.array([3.0, 3.0]))
+        assert sorted((await remote.recv(batch_size=2)).env_ids.tolist()) == [0, 1]
