@@ -50,6 +50,8 @@ def caller_deadline_envs(backend: str, ledger: FaultLedger, faults: dict[int, li
 
 
 @pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
 async def test_step_restarts_what_broke_but_not_what_was_late_for_the_caller(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """Sub-env 0 hangs (on processes with sub-env 1, its worker's other sub-env) and sub-env
@@ -83,6 +85,8 @@ async def test_step_restarts_what_broke_but_not_what_was_late_for_the_caller(
 
 
 @pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
 async def test_reset_restarts_what_broke_but_not_what_was_late_for_the_caller(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     faults = {0: [Fault("hang", "reset", at=1, instance=0)],
@@ -109,6 +113,8 @@ async def test_reset_restarts_what_broke_but_not_what_was_late_for_the_caller(
 
 
 @pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
 async def test_recv_reports_the_late_sub_env_and_restarts_only_its_neighbour(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """One worker for both sub-envs: sub-env 0 hangs past the caller's deadline, its worker
@@ -140,6 +146,8 @@ async def test_recv_reports_the_late_sub_env_and_restarts_only_its_neighbour(
 
 
 @pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
 async def test_a_late_sub_env_received_alone_stays_unrestarted_when_its_worker_is_remade(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """As above, one result at a time. On processes the late sub-env's timeout comes first
