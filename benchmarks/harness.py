@@ -1,12 +1,17 @@
-"""Pieces every benchmark script shares: timing loops, a watchdog for hung contenders,
-error cells."""
+"""Pieces every benchmark script shares: its arguments, timing loops, medians and spread, a
+report's header (machine, versions, revision), target lines, a watchdog for hung contenders,
+error cells, and the reading of a report's markdown tables back."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import datetime
 import os
 import platform
+import re
 import signal
+import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -15,7 +20,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["CellTimeout", "Check", "Timed", "describe", "stamped", "stamped_async", "watchdog"]
+__all__ = ["CellTimeout", "Check", "Timed", "arguments", "describe", "header", "machine",
+           "median_range", "number", "read_tables", "revision", "spread", "stamped",
+           "stamped_async", "versions", "watchdog"]
 
 
 class CellTimeout(Exception):
@@ -154,3 +161,90 @@ def start_server(script: str | Path) -> tuple[subprocess.Popen[str], str]:
         process.kill()
         raise SystemExit(f"the server did not start: {line!r}")
     return process, line.split()[-1]
+
+
+def arguments(doc: str | None, *, repeats: int | None = None, seconds: float | None = None,
+              quick: bool = False, output: Path | None = None) -> argparse.ArgumentParser:
+    """A script's parser, its description the first line of ``doc``, with the options every
+    script spells the same way: ``--repeats`` and ``--seconds`` (per measurement), ``--quick``
+    (its smallest settings) and ``--output`` (where the report goes), each where given."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0])
+    if repeats is not None:
+        parser.add_argument("--repeats", type=int, default=repeats,
+                            help=f"interleaved repeats (default {repeats})")
+    if seconds is not None:
+        parser.add_argument("--seconds", type=float, default=seconds,
+                            help=f"seconds of stepping per measurement (default {seconds:g})")
+    if quick:
+        parser.add_argument("--quick", action="store_true",
+                            help="a smoke run: the smallest settings")
+    if output is not None:
+        parser.add_argument("--output", type=Path, default=output,
+                            help=f"where the report goes (default {output})")
+    return parser
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """(max - min) / median over repeats; ``None`` for fewer than two or a zero median."""
+    if len(values) < 2 or not statistics.median(values):
+        return None
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def median_range(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``median (min-max)`` of ``values`` times ``scale``: a cell for repeats of one figure."""
+    low, middle, high = (scale * v for v in (min(values), statistics.median(values),
+                                             max(values)))
+    return f"{middle:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def versions(*packages: str) -> str:
+    """Python's version and each installed package's (a missing one is left out)."""
+    from importlib import metadata
+
+    found = [f"Python {platform.python_version()}"]
+    for package in ("numpy", "gymnasium", *packages):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found.append(f"{package} {metadata.version(package)}")
+    return ", ".join(found)
+
+
+def header(title: str, method: str, *, packages: Sequence[str] = (),
+           more: Sequence[str] = ()) -> list[str]:
+    """A report's first lines: its title, then the machine, the versions with aiovec's revision,
+    the date and load, how it was measured and any ``more`` lines."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [f"# {title}", "",
+            f"- machine: {machine()}",
+            f"- versions: {versions(*packages)}; aiovec {revision()}",
+            f"- date: {now}; load average (1 min) {os.getloadavg()[0]:.2f} at the start",
+            f"- method: {method}",
+            *(f"- {line}" for line in more), ""]
+
+
+_NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+")
+
+
+def number(cell: str) -> float | None:
+    """The first number in a table cell ("4,516", "83%", "1.71x", "**1.2x**"), or ``None``."""
+    match = _NUMBER.search(cell)
+    return float(match.group().replace(",", "")) if match else None
+
+
+def read_tables(text: str) -> dict[str, list[dict[str, str]]]:
+    """A markdown report's tables by the ``#`` heading above them: one dict per row, keyed by
+    the column headings (how scripts read their own or another run's report back)."""
+    tables: dict[str, list[dict[str, str]]] = {}
+    section, columns = "", list[str]()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            section, columns = line.lstrip("#").strip(), []
+        elif not line.startswith("|"):
+            columns = []
+        else:
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not columns:
+                columns = cells
+            elif not set("".join(cells)) <= set("-: "):
+                tables.setdefault(section, []).append(dict(zip(columns, cells)))
+    return tables
