@@ -15,9 +15,7 @@ import numpy as np
 from async_native_core import (
     ACTION_SPACE,
     OBSERVATION_SPACE,
-    Check,
     Contender,
-    Plan,
     Results,
     Runner,
     Sample,
@@ -35,6 +33,7 @@ from async_native_core import (
     time_steps_async,
     to_sample,
 )
+from harness import Check, Plan
 
 import aiovec
 

@@ -57,12 +57,16 @@ def _bullets(report: str) -> list[str]:
     return [line[2:].strip() for line in head.splitlines() if line.startswith("- ")]
 
 
-def _stated(reports: Sequence[str], marker: str) -> str:
-    """What the reports' headers say on their line holding ``marker`` (``machine: ...``: what
-    follows it), each distinct statement once."""
-    found = [next((line.removeprefix(f"{marker}:").strip() for line in _bullets(report)
-                   if marker in line), "not stated") for report in reports]
-    return "; ".join(dict.fromkeys(found))
+def _stated(reports: Sequence[str], key: str, older: str = "") -> str:
+    """What the reports' headers say on their ``- key: ...`` line (in older reports, the line
+    holding ``older``), each distinct statement once."""
+
+    def said(report: str) -> str:
+        lines = _bullets(report)
+        return next((line.removeprefix(f"{key}:").strip() for line in lines
+                     if line.startswith(f"{key}:") or (older and older in line)), "not stated")
+
+    return "; ".join(dict.fromkeys(said(report) for report in reports))
 
 
 def render(runs: Sequence[Path] = RUNS) -> str:
@@ -87,7 +91,7 @@ def render(runs: Sequence[Path] = RUNS) -> str:
         f"`benchmarks/real_envs.py` ({names}), each figure the median of its interleaved "
         "repeats (the per-repeat spread is in the reports). Machine: "
         f"{_stated(reports, 'machine')}. Software: {_stated(reports, 'versions')}. "
-        f"Method: {_stated(reports, 'interleaved repeats')}.")
+        f"Method: {_stated(reports, 'method', 'interleaved repeats')}.")
     return "\n".join([*lines, "", *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 

@@ -84,6 +84,17 @@ def test_modules_are_short_enough_to_hold() -> None:
     assert not finished, f"split already: remove {sorted(finished)} from BEING_SPLIT"
 
 
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def test_benchmark_files_are_short_enough_to_hold() -> None:
+    """The benchmarks are read as closely as the package: the same limit, no exceptions."""
+    sizes = {path.name: len(path.read_text().splitlines()) for path in BENCHMARKS.glob("*.py")}
+    assert len(sizes) >= 20, sorted(sizes)
+    oversized = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
+    assert not oversized, oversized
+
+
 def _keywords(constructor: Any) -> dict[str, Any]:
     """Every named parameter but the env factories, with its default."""
     return {name: parameter.default
