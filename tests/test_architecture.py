@@ -95,6 +95,20 @@ def test_benchmark_files_are_short_enough_to_hold() -> None:
     assert not oversized, oversized
 
 
+#: What only ``benchmarks/harness.py`` does: parse a script's arguments, and read the machine,
+#: the date and the versions for a report's header.
+HARNESS_ONLY = ("ArgumentParser(", "/proc/cpuinfo", "datetime.now(", "python_version()",
+                "sys.version")
+
+
+def test_benchmarks_share_one_harness() -> None:
+    """Every script takes its arguments and writes its report's header through the harness, so
+    that they all spell them one way."""
+    written_again = {path.name: [text for text in HARNESS_ONLY if text in path.read_text()]
+                     for path in sorted(BENCHMARKS.glob("*.py")) if path.name != "harness.py"}
+    assert not {name: found for name, found in written_again.items() if found}
+
+
 def _keywords(constructor: Any) -> dict[str, Any]:
     """Every named parameter but the env factories, with its default."""
     return {name: parameter.default
