@@ -133,3 +133,13 @@ def test_users_are_pointed_to_nothing_they_cannot_read() -> None:
              f"{match.group()!r}"
              for path, first, text in texts for match in _PRIVATE_REFERENCE.finditer(text)]
     assert not found, found
+
+
+def test_the_readme_names_every_extra_a_user_installs() -> None:
+    """The install section's table of extras is pyproject's, less the contributors' own."""
+    # The section's keys, read as text: tomllib is not in Python 3.10, which aiovec supports.
+    section = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
+    declared = set(re.findall(r"^([\w-]+) = \[", section.split("\n[")[0], re.MULTILINE))
+    declared -= {"dev", "bench"}
+    listed = set(re.findall(r"^\| `([\w-]+)` \|", (ROOT / "README.md").read_text(), re.MULTILINE))
+    assert listed == declared
