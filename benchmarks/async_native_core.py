@@ -311,10 +311,6 @@ def rate_cell(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
-def ratio_cell(value: float | None, base: float | None) -> str:
-    return "—" if value is None or not base else f"{value / base:.2f}x"
-
-
 def spread_cell(results: Results, key: Key, metric: Callable[[Sample], float | None]) -> str:
     return harness_spread_cell(list(results.values(key, metric).values()))
 

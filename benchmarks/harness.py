@@ -25,9 +25,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 __all__ = ["CellTimeout", "Check", "Plan", "Timed", "Timing", "arguments", "describe", "header",
-           "interleaved", "machine", "median_range", "number", "read_tables", "revision", "spread",
-           "spread_cell", "stamped", "stamped_async", "time_steps", "time_steps_async", "together",
-           "versions", "watchdog"]
+           "interleaved", "machine", "median_range", "number", "ratio_cell", "read_tables",
+           "revision", "spread", "spread_cell", "stamped", "stamped_async", "time_steps",
+           "time_steps_async", "together", "versions", "watchdog"]
 
 T = TypeVar("T")
 
@@ -314,6 +314,11 @@ def spread_cell(values: Sequence[float]) -> str:
     """``spread`` for a table: ``12%``, or ``—`` where there is none."""
     value = spread(values)
     return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def ratio_cell(value: float | None, base: float | None) -> str:
+    """``value / base`` for a table (``1.23x``), or ``—`` where either is missing."""
+    return "—" if value is None or not base else f"{value / base:.2f}x"
 
 
 def median_range(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from companions import CompanionRun, report_lines
-from harness import Check, spread_cell
+from harness import Check, ratio_cell, spread_cell
 from run_contenders import (
     AUTO,
     AUTO_CHOICES,
@@ -32,10 +32,6 @@ from run_contenders import (
 )
 
 
-def _ratio(value: float | None, base: float | None) -> str:
-    return "—" if value is None or not base else f"{value / base:.2f}x"
-
-
 def workload_table(workload: Workload, cells: Sequence[Cell], results: Results) -> list[str]:
     with_envpool = workload.name == "CartPole-v1" and any(c.contender == ENVPOOL for c in cells)
     header = "| contender | num_envs | steps/s (median) | spread | vs SyncVectorEnv " \
@@ -57,7 +53,7 @@ def workload_table(workload: Workload, cells: Sequence[Cell], results: Results) 
         bases = [SYNC, GYM_ASYNC] + ([ENVPOOL] if with_envpool else [])
         for base in bases:
             base_rate = None if reference else results.median(cell.workload, cell.num_envs, base)
-            row.append(_ratio(median, base_rate))
+            row.append(ratio_cell(median, base_rate))
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
