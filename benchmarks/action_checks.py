@@ -12,13 +12,11 @@ Two views, each the median of interleaved repeats with the spread (min-max) acro
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
-from harness import machine, revision
+from harness import arguments, header, median_range
 
 import aiovec
 from aiovec._core._actions import ActionChecker
@@ -53,7 +51,7 @@ def per_call(function: Callable[[], object], seconds: float = 0.2) -> float:
 
 
 def summary(samples: list[float]) -> str:
-    return f"{statistics.median(samples):.1f} ({min(samples):.1f}-{max(samples):.1f})"
+    return median_range(samples)
 
 
 def ratio(slow: list[float], fast: list[float]) -> str:
@@ -110,18 +108,13 @@ def end_to_end(repeats: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    arguments = parser.parse_args()
+    args = arguments(__doc__, repeats=7).parse_args()
     report = [
-        "# validate_actions: what the value check costs",
+        *header("validate_actions: what the value check costs",
+                f"median of {args.repeats} interleaved repeats (min-max)"),
+        *check_alone(args.repeats),
         "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, revision "
-        f"{revision()}; median of {arguments.repeats} interleaved repeats (min-max).",
-        "",
-        *check_alone(arguments.repeats),
-        "",
-        *end_to_end(arguments.repeats),
+        *end_to_end(args.repeats),
         "",
     ]
     text = "\n".join(report)

@@ -55,26 +55,18 @@ of sections is a module of its own beside it, ``async_native_sleep.py`` (section
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
-import importlib
 import json
 import os
-import platform
-import random
-import subprocess
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 from async_native_core import (
     HAVE_UVLOOP,
     PROBE_INTERVAL,
-    Check,
     Contender,
-    Plan,
     Results,
     Sample,
     Section,
@@ -83,9 +75,11 @@ from async_native_first_ready import FIRST_READY_SECTION
 from async_native_loop_lag import LOOP_LAG_SECTION
 from async_native_sleep import IO_ENVS, LATENCY_SECTION, SCALE_SECTION
 from async_native_vs_gather import ALONE, VS_GATHER_SECTION, run_alone
-from harness import describe, watchdog
+from harness import Check, Plan, arguments, describe, header, interleaved, watchdog
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+WARMUP_STEPS = 20  # at most, or 0.3 s, whichever ends first
+CELL_TIMEOUT = 120.0  # a measurement taking longer than this is an error
 RESULTS_FILE = "async_native.md"
 
 SECTIONS: dict[int, Section] = {section.number: section for section in (
@@ -130,11 +124,9 @@ def run_all(contenders: Sequence[Contender], repeats: int, plan: Plan,
     for repeat in range(repeats):
         print(f"\n== repeat {repeat + 1}/{repeats} ({len(contenders)} measurements)",
               flush=True)
-        rng = random.Random(repeat)
         for section in sections:
             group = [c for c in contenders if c.section == section]
-            rng.shuffle(group)
-            for contender in group:
+            for contender in interleaved(group, repeat * 1000 + section):
                 if contender.key in results.errors:
                     continue  # it failed in an earlier repeat: reported once, not retried
                 label = f"{section}  {contender.name[:52]:<52} n={contender.num_envs:<6}" \
@@ -148,41 +140,19 @@ def run_all(contenders: Sequence[Contender], repeats: int, plan: Plan,
 
 def machine_info(args: argparse.Namespace, plan: Plan, repeats: int,
                  load: tuple[float, float, float]) -> list[str]:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    versions = [f"Python {platform.python_version()}"]
-    for module in ("numpy", "gymnasium", "aiovec", "anyio", "uvloop"):
-        with contextlib.suppress(Exception):
-            versions.append(f"{module} {importlib.import_module(module).__version__}")
-    revision = "unknown"
-    with contextlib.suppress(Exception):
-        root = Path(__file__).resolve().parent.parent
-        revision = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
-                                  capture_output=True, text=True, check=True).stdout.strip()
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# aiovec async-native benchmark", ""]
+    method = (f"median of {repeats} interleaved repeats, {plan.seconds:g} s of stepping each "
+              f"after up to {plan.warmup_steps} warm-up steps; sections 1, 3 and 4 on "
+              f"{args.loop}; steps/s = sub-env steps per wall second; ratios are ratios of "
+              "medians; spread = (max - min) / median over repeats; lag = how late a coroutine "
+              f"looping on `anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window; "
+              "section 5: within each repeat the ratio of the two medians over steps taken "
+              "alternately (after 3 warm-up pairs), then the median of those ratios over repeats")
+    lines = header("aiovec async-native benchmark", method, packages=("anyio", "uvloop"),
+                   more=[f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"])
     if args.quick:
-        lines += ["**Smoke run (`--quick`): one repeat of short measurements; it checks that "
-                  "everything runs, do not quote its figures.**", ""]
-    return [
-        *lines,
-        f"- date: {now}; aiovec revision {revision}",
-        f"- machine: {model}, {os.cpu_count()} cores ({usable} usable), "
-        f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}",
-        f"- software: {', '.join(versions)}",
-        f"- method: median of {repeats} interleaved repeats, {plan.seconds:g} s of stepping "
-        f"each after up to {plan.warmup_steps} warm-up steps; sections 1, 3 and 4 on "
-        f"{args.loop}; steps/s = sub-env steps per wall second; ratios are ratios of medians; "
-        "spread = (max - min) / median over repeats; lag = how late a coroutine looping on "
-        f"`anyio.sleep({PROBE_INTERVAL:g})` wakes, during the timed window; section 5: within "
-        "each repeat the ratio of the two medians over steps taken alternately (after 3 "
-        "warm-up pairs), then the median of those ratios over repeats",
-    ]
+        lines[2:2] = ["**Smoke run (`--quick`): one repeat of short measurements; it checks "
+                      "that everything runs, do not quote its figures.**", ""]
+    return lines[:-1]
 
 
 def target_checks(contenders: Sequence[Contender], results: Results, loop: str) -> list[Check]:
@@ -216,7 +186,7 @@ def report(contenders: Sequence[Contender], results: Results, header: list[str],
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, output=RESULTS_DIR)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 repeat, short measurements (~35 s)")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (5)")
@@ -241,8 +211,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loop", choices=["uvloop", "asyncio"],
                         default="uvloop" if HAVE_UVLOOP else "asyncio",
                         help="event loop of sections 1, 3 and 4 (uvloop when installed)")
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR,
-                        help=f"directory for {RESULTS_FILE}")
     args = parser.parse_args(argv)
     if args.loop == "uvloop" and not HAVE_UVLOOP:
         parser.error("uvloop is not installed")
@@ -258,12 +226,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     if args.alone:  # a child process of section 5: one measurement, printed as JSON
-        plan = Plan(seconds=args.seconds or 1.0, min_steps=args.alone_min_steps)
+        plan = Plan(seconds=args.seconds or 1.0, warmup_steps=WARMUP_STEPS,
+                    min_steps=args.alone_min_steps, cell_timeout=CELL_TIMEOUT)
         wall, cpu, steps = run_alone(args.alone, args.paired_envs[0], args.loop, plan)
         print(json.dumps({"wall": wall, "cpu": cpu, "steps": steps}))
         return
     repeats = args.repeats or (1 if args.quick else 5)
-    plan = Plan(seconds=args.seconds or (0.3 if args.quick else 1.0))
+    plan = Plan(seconds=args.seconds or (0.3 if args.quick else 1.0), warmup_steps=WARMUP_STEPS,
+                cell_timeout=CELL_TIMEOUT)
     if args.quick:
         plan = dataclasses.replace(plan, warmup_steps=5, warmup_seconds=0.1, min_steps=2)
     chosen = {int(part) for part in args.sections.split(",") if part.strip()}

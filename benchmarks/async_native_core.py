@@ -24,7 +24,8 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 from bench_envs import SLEEP_SECONDS_PER_STEP
-from harness import stamped, stamped_async
+from harness import Check, Plan, stamped, stamped_async
+from harness import spread_cell as harness_spread_cell
 
 import aiovec
 
@@ -65,17 +66,6 @@ class AsyncSleepEnv(aiovec.AsyncEnv[np.ndarray, np.int64]):
 
 
 # ---------------------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How long each measurement runs."""
-
-    seconds: float  # timed stepping per measurement (wall time)
-    warmup_steps: int = 20  # warm up with at most this many vector steps...
-    warmup_seconds: float = 0.3  # ...or for this long, whichever ends first (at least 2 steps)
-    min_steps: int = 3  # timed vector steps (or recv batches), at least
-    cell_timeout: float = 120.0  # a measurement taking longer than this is an error
 
 
 @dataclass(frozen=True)
@@ -321,15 +311,8 @@ def rate_cell(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
-def ratio_cell(value: float | None, base: float | None) -> str:
-    return "—" if value is None or not base else f"{value / base:.2f}x"
-
-
 def spread_cell(results: Results, key: Key, metric: Callable[[Sample], float | None]) -> str:
-    values = list(results.values(key, metric).values())
-    if len(values) < 2 or not statistics.median(values):
-        return "—"
-    return f"{100 * (max(values) - min(values)) / statistics.median(values):.0f}%"
+    return harness_spread_cell(list(results.values(key, metric).values()))
 
 
 def worst_lag(results: Results, key: Key) -> float | None:
@@ -344,31 +327,14 @@ def first_cell(results: Results, key: Key, text: str) -> str:
     return f"error: {results.errors.get(key, 'no result')}"
 
 
-@dataclass(frozen=True)
-class Check:
-    """A target line. Not ``harness.Check``: this one shows targets with two decimals and lag
-    in ms, as this script's lines have always read (runs are compared line by line)."""
+def show_ms(value: float) -> str:
+    """A lag target's figures: ms, two decimals (as this script's lines have always read)."""
+    return f"{value * 1e3:.2f} ms"
 
-    label: str
-    value: float | None
-    target: float
-    at_most: bool
-    per_repeat: Sequence[float] = ()  # the same figure within each repeat, to judge the noise
-    unit: str = "x"
 
-    def _show(self, value: float) -> str:
-        return f"{value * 1e3:.2f} ms" if self.unit == "ms" else f"{value:.2f}x"
-
-    def line(self) -> str:
-        if self.value is None:
-            return f"n/a   {self.label}: no result"
-        passed = self.value <= self.target if self.at_most else self.value >= self.target
-        sign = "≤" if self.at_most else "≥"
-        text = (f"{'PASS' if passed else 'MISS'}  {self.label}: {self._show(self.value)} "
-                f"(target {sign} {self._show(self.target)})")
-        if len(self.per_repeat) > 1:
-            text += "; per repeat: " + " ".join(self._show(v) for v in self.per_repeat)
-        return text
+def show_x(value: float) -> str:
+    """A ratio target's figures: two decimals, target and repeats alike."""
+    return f"{value:.2f}x"
 
 
 def ratio_check(results: Results, label: str, key: Key, base: Key,
@@ -379,7 +345,7 @@ def ratio_check(results: Results, label: str, key: Key, base: Key,
     value, reference = results.median(key, metric), results.median(base, metric)
     paired = [ours[r] / theirs[r] for r in sorted(ours) if theirs.get(r)]
     ratio = None if value is None or not reference else value / reference
-    return Check(label, ratio, target, at_most, paired)
+    return Check(label, ratio, target, at_most=at_most, per_repeat=paired, show=show_x)
 
 
 @dataclass(frozen=True)

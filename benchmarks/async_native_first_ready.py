@@ -15,9 +15,7 @@ import numpy as np
 from async_native_core import (
     ACTION_SPACE,
     OBSERVATION_SPACE,
-    Check,
     Contender,
-    Plan,
     Results,
     Runner,
     Sample,
@@ -29,12 +27,12 @@ from async_native_core import (
     on_loop,
     rate,
     rate_cell,
-    ratio_cell,
     ratio_check,
     spread_cell,
     time_steps_async,
     to_sample,
 )
+from harness import Check, Plan, ratio_cell
 
 import aiovec
 

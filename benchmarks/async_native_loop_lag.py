@@ -16,10 +16,8 @@ from async_native_core import (
     IDLE,
     UVLOOP_NOTE,
     Actions,
-    Check,
     Contender,
     LagProbe,
-    Plan,
     Results,
     Runner,
     Sample,
@@ -36,11 +34,13 @@ from async_native_core import (
     rate_cell,
     run_aiovec,
     run_idle_probe,
+    show_ms,
     spread_cell,
     time_steps_async,
     worst_lag,
 )
 from bench_envs import make_cartpole
+from harness import Check, Plan
 
 LAG_ENVS = 32
 LAG_P99_TARGET = 0.005  # p99 probe lateness with the process backend, at most
@@ -111,8 +111,9 @@ def checks_4(contenders: Sequence[Contender], results: Results, loop: str) -> li
     if key in keys:
         per_repeat = results.values(key, lag_p99)
         checks.append(Check(f"loop lag p99 while {LAG_ENVS} CartPole envs step, aiovec process",
-                            results.median(key, lag_p99), LAG_P99_TARGET, True,
-                            [per_repeat[r] for r in sorted(per_repeat)], unit="ms"))
+                            results.median(key, lag_p99), LAG_P99_TARGET, at_most=True,
+                            per_repeat=[per_repeat[r] for r in sorted(per_repeat)],
+                            show=show_ms))
     return checks
 
 

@@ -28,10 +28,8 @@ from async_native_core import (
     UVLOOP_NOTE,
     Actions,
     AsyncSleepEnv,
-    Check,
     Contender,
     LagProbe,
-    Plan,
     Results,
     Runner,
     Sample,
@@ -47,7 +45,6 @@ from async_native_core import (
     on_loop,
     rate,
     rate_cell,
-    ratio_cell,
     ratio_check,
     run_aiovec,
     run_idle_probe,
@@ -57,6 +54,7 @@ from async_native_core import (
     worst_lag,
 )
 from bench_envs import SLEEP_SECONDS_PER_STEP, SleepEnv
+from harness import Check, Plan, ratio_cell
 
 IO_ENVS = 256  # section 1
 SCALE_STEP_SECONDS = 0.001  # section 2: each coroutine env's step

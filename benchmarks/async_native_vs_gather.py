@@ -24,10 +24,8 @@ from async_native_core import (
     HAVE_UVLOOP,
     Actions,
     AsyncSleepEnv,
-    Check,
     Contender,
     Paired,
-    Plan,
     Results,
     Runner,
     Sample,
@@ -37,7 +35,9 @@ from async_native_core import (
     latency,
     ms_cell,
     on_loop,
+    show_x,
 )
+from harness import Check, Plan
 
 import aiovec
 
@@ -251,7 +251,8 @@ def checks_5(contenders: Sequence[Contender], results: Results, loop: str) -> li
             checks.append(Check(
                 f"{contender.num_envs} coroutine envs on {contender.loop} ({where}), aiovec "
                 "async: vector step / bare gather", results.median(contender.key, paired_ratio),
-                GATHER_TARGET, True, [per_repeat[r] for r in sorted(per_repeat)]))
+                GATHER_TARGET, at_most=True,
+                per_repeat=[per_repeat[r] for r in sorted(per_repeat)], show=show_x))
     return checks
 
 

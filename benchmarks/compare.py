@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import arguments, read_tables
+
 HERE = Path(__file__).resolve().parent
 #: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
 #: value is better (throughput ratio) or worse (time ratio).
@@ -38,7 +40,7 @@ RATIO_COLUMNS = {"vs SyncVectorEnv": True, "% of limit": True, "time vs SyncVect
 Row = tuple[str, str]  # (section, row label)
 
 
-def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path,
+def run_once(tree: Path, script: str, script_arguments: Sequence[str], output: Path,
              script_tree: Path | None = None) -> str:
     """Run ``script`` from ``script_tree``'s ``benchmarks/`` (default: ``tree``'s) with
     ``tree``'s aiovec; the report text."""
@@ -46,7 +48,7 @@ def run_once(tree: Path, script: str, arguments: Sequence[str], output: Path,
     extra = ["--output", str(output)] if script == "run.py" else []
     benchmarks = (script_tree or tree) / "benchmarks"
     completed = subprocess.run(
-        [sys.executable, str(benchmarks / script), *arguments, *extra],
+        [sys.executable, str(benchmarks / script), *script_arguments, *extra],
         cwd=tree, env=environment, capture_output=True, text=True, check=False)
     if completed.returncode:
         raise SystemExit(f"{script} in {tree} failed:\n{completed.stdout}\n{completed.stderr}")
@@ -58,38 +60,25 @@ def ratios(report: str) -> dict[Row, tuple[float, bool]]:
     """Every within-run ratio (``RATIO_COLUMNS``) in a report's markdown tables, by section
     and row."""
     found: dict[Row, tuple[float, bool]] = {}
-    section, header = "", list[str]()
-    for line in report.splitlines():
-        if line.startswith("#") or (line and not line.startswith("|")):
-            section, header = line.lstrip("# ").strip(), []
-            continue
-        if not line.startswith("|"):
-            header = []
-            continue
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if not header:
-            header = cells
-            continue
-        if set(cells[0]) <= {"-", ":"}:
-            continue
-        for column, higher_is_better in RATIO_COLUMNS.items():
-            if column not in header:
-                continue
-            match = re.fullmatch(r"([\d.]+)(?:x|%)", cells[header.index(column)])
-            if match is None:
-                continue
-            label = cells[0] if "num_envs" not in header else (
-                f"{cells[0]}, {cells[header.index('num_envs')]} envs")
-            if "loop" in header:
-                label += f", {cells[header.index('loop')]}"
-            if len(RATIO_COLUMNS.keys() & set(header)) > 1:  # say which ratio it is
-                label += f" ({column})"
-            found[(section[:60], label)] = (float(match.group(1)), higher_is_better)
+    for section, rows in read_tables(report).items():
+        for cells in rows:
+            columns = RATIO_COLUMNS.keys() & set(cells)
+            for column in columns:
+                match = re.fullmatch(r"([\d.]+)(?:x|%)", cells[column])
+                if match is None:
+                    continue
+                first = next(iter(cells.values()))
+                label = first if "num_envs" not in cells else f"{first}, {cells['num_envs']} envs"
+                if "loop" in cells:
+                    label += f", {cells['loop']}"
+                if len(columns) > 1:  # say which ratio it is
+                    label += f" ({column})"
+                found[(section[:60], label)] = (float(match.group(1)), RATIO_COLUMNS[column])
     return found
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--old", type=Path, required=True, help="the old checkout's root")
     parser.add_argument("--new", type=Path, default=HERE.parent,
                         help="the new checkout's root (default: this one)")
@@ -100,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("script", help="a script in benchmarks/, e.g. run.py")
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the script's arguments")
     args = parser.parse_args(argv)
-    arguments = [a for a in args.arguments if a != "--"]
+    script_arguments = [a for a in args.arguments if a != "--"]
     sides = {"old": args.old.resolve(), "new": args.new.resolve()}
     values: dict[str, dict[Row, list[float]]] = {"old": {}, "new": {}}
     direction: dict[Row, bool] = {}
@@ -113,13 +102,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"round {round_index + 1}/{args.rounds}: {side} ({sides[side]})",
                       flush=True)
                 for row, (ratio, better) in ratios(
-                        run_once(sides[side], args.script, arguments, output,
+                        run_once(sides[side], args.script, script_arguments, output,
                                  sides["new"] if args.same_script else None)).items():
                     values[side].setdefault(row, []).append(ratio)
                     direction[row] = better
     load = os.getloadavg()[0]
-    print(f"\n# {args.script} {' '.join(arguments)}: old {sides['old']} vs new {sides['new']}, "
-          f"{args.rounds} interleaved rounds; load average at end {load:.2f}\n")
+    print(f"\n# {args.script} {' '.join(script_arguments)}: old {sides['old']} vs new "
+          f"{sides['new']}, {args.rounds} interleaved rounds; load average at end {load:.2f}\n")
     print("| section | row | old (median; per round) | new (median; per round) | new/old |")
     print("|---|---|---|---|---:|")
     for row in sorted(set(values["old"]) & set(values["new"])):

@@ -12,7 +12,6 @@ Run: ``.venv/bin/python benchmarks/failures.py [--repeats 10] [--steps 20000]``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+from harness import arguments, header
 
 import aiovec
 from aiovec.testing import Fault, FaultLedger, FaultyEnv, release_hangs
@@ -102,6 +102,8 @@ async def chaos(backend: str, steps: int, probabilities: dict[str, float]) -> di
 
 
 async def main(repeats: int, steps: int) -> None:
+    print("\n".join(header("Failures: deadline lateness, restart cost, chaos",
+                           f"{repeats} repeats; a chaos run of {steps} steps")))
     print(f"1. timeout lateness after a {DEADLINE:g} s deadline ({repeats} repeats)")
     for backend in ("thread", "process"):
         late = await timeout_lateness(backend, repeats)
@@ -121,8 +123,7 @@ async def main(repeats: int, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser = arguments(__doc__, repeats=10)
     parser.add_argument("--steps", type=int, default=20_000)
-    arguments = parser.parse_args()
-    anyio.run(main, arguments.repeats, arguments.steps)
+    args = parser.parse_args()
+    anyio.run(main, args.repeats, args.steps)

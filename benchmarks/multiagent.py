@@ -27,24 +27,19 @@ table, printed and written to ``benchmarks/results/multiagent.md``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
-import platform
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pettingzoo
 from gymnasium.vector.utils import batch_space
-from harness import describe, machine, revision, stamped, stamped_async
+from harness import Plan, arguments, describe, header, interleaved, stamped, stamped_async
 
 import aiovec
 
@@ -76,14 +71,6 @@ WORKLOADS: dict[str, Callable[[], Any]] = {
     "Butterfly knights_archers_zombies (4 agents, some die)": functools.partial(
         _knights_archers_zombies, max_cycles=200),
 }
-
-
-@dataclass(frozen=True)
-class Plan:
-    warmup_steps: int = 20
-    warmup_seconds: float = 1.0
-    seconds: float = 1.0
-    min_steps: int = 5
 
 
 def action_batches(factory: Callable[[], Any], count: int = 64) -> list[dict[str, Any]]:
@@ -163,14 +150,11 @@ def agilerl_version() -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=1.5)
-    parser.add_argument("--quick", action="store_true", help="1 repeat of 0.3 s")
-    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the table")
-    args = parser.parse_args()
+    args = arguments(__doc__, repeats=3, seconds=1.5, quick="1 repeat of 0.3 s",
+                     output=RESULTS).parse_args()
     repeats, seconds = (1, 0.3) if args.quick else (args.repeats, args.seconds)
-    plan = Plan(seconds=seconds, warmup_seconds=min(1.0, seconds))
+    plan = Plan(seconds=seconds, warmup_steps=20, warmup_seconds=min(1.0, seconds),
+                min_steps=5)
     with_agilerl = agilerl_version()
     contenders = [name for name in CONTENDERS if name != AGILERL or with_agilerl]
     actions = {workload: action_batches(factory) for workload, factory in WORKLOADS.items()}
@@ -180,7 +164,7 @@ def main() -> None:
     samples: dict[tuple[str, str], list[float]] = {}
     errors: dict[tuple[str, str], str] = {}
     for repeat in range(repeats):
-        for cell in random.Random(repeat).sample(cells, len(cells)):
+        for cell in interleaved(cells, repeat):
             if cell in errors:
                 continue
             workload, contender = cell
@@ -192,15 +176,12 @@ def main() -> None:
             print(f"repeat {repeat + 1}/{repeats}: {workload}, {contender}", file=sys.stderr)
 
     lines = [
-        f"# Multi-agent: {NUM_ENVS} PettingZoo envs, aiovec vs AgileRL vs a serial loop",
-        "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision()}",
-        f"- machine: {machine()}; Python {platform.python_version()}, "
-        f"pettingzoo {pettingzoo.__version__}, agilerl {with_agilerl or 'not installed'}",
-        f"- method: median of {repeats} interleaved repeats, {seconds} s of stepping each; "
-        "vector steps/s (each steps all 16 sub-envs, every agent); ratios of medians",
-        f"- total runtime: {time.perf_counter() - started:.0f} s",
-        "",
+        *header(f"Multi-agent: {NUM_ENVS} PettingZoo envs, aiovec vs AgileRL vs a serial loop",
+                f"median of {repeats} interleaved repeats, {seconds} s of stepping each; vector "
+                "steps/s (each steps all 16 sub-envs, every agent); ratios of medians",
+                packages=("pettingzoo",),
+                more=[f"agilerl {with_agilerl or 'not installed'}",
+                      f"total runtime: {time.perf_counter() - started:.0f} s"]),
         "| workload | contender | vector steps/s | agent-steps/s | vs serial | vs AgileRL |",
         "|---|---|---:|---:|---:|---:|",
     ]

@@ -9,7 +9,6 @@ Run: ``.venv/bin/python benchmarks/overhead.py [--repeats 7]``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 import anyio
 import gymnasium as gym
 import numpy as np
+from harness import arguments, header
 
 import aiovec
 
@@ -82,8 +82,7 @@ def time_async(steps: int, backend: str, factory: Callable[[], gym.Env[Any, Any]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = arguments(__doc__, repeats=7)
     parser.add_argument("--steps", type=int, default=3000)
     args = parser.parse_args()
 
@@ -102,7 +101,9 @@ def main() -> None:
             samples[name].append(measure())
         print(f"  repeat {repeat + 1}/{args.repeats} done", flush=True)
     baseline = statistics.median(samples["gymnasium SyncVectorEnv"])
-    print(f"\nCartPole-v1, {NUM_ENVS} envs, median of {args.repeats} runs x {args.steps} steps")
+    print("\n".join(["", *header("The cost of `await envs.step()`",
+                                 f"median of {args.repeats} interleaved runs")]))
+    print(f"CartPole-v1, {NUM_ENVS} envs, median of {args.repeats} runs x {args.steps} steps")
     print("| vectorizer | µs per vector step | time vs SyncVectorEnv |")
     print("|---|---|---|")
     for name, values in samples.items():

@@ -20,12 +20,10 @@ Run: ``.venv/bin/python benchmarks/pixels.py [--repeats 5] [--seconds 0.5] [--en
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import mmap
 import multiprocessing as mp
 import os
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -35,8 +33,17 @@ import anyio
 import gymnasium as gym
 import numpy as np
 from bench_envs import PIXEL_SHAPE, PixelEnv  # benchmarks/ is sys.path[0]
-from harness import machine, revision
-from run import UVLOOP, Plan, Timing, action_batches, time_steps, time_steps_async
+from harness import (
+    Plan,
+    Timing,
+    arguments,
+    header,
+    interleaved,
+    spread_cell,
+    time_steps,
+    time_steps_async,
+)
+from run_contenders import UVLOOP, action_batches
 
 import aiovec
 
@@ -141,11 +148,8 @@ def contenders() -> dict[str, Callable[[int, Plan], Timing]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=0.5)
+    parser = arguments(__doc__, repeats=5, seconds=0.5, quick="one repeat of 0.2 s each")
     parser.add_argument("--envs", type=int, default=32)
-    parser.add_argument("--quick", action="store_true", help="one repeat of 0.2 s each")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds = 1, 0.2
@@ -154,14 +158,13 @@ def main() -> None:
     timings: dict[str, list[Timing]] = {name: [] for name in runs}
     ratios: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(args.repeats):
-        order = list(runs)
-        random.Random(repeat).shuffle(order)
+        order = interleaved(runs, repeat)
         measured = {name: runs[name](args.envs, plan) for name in order}
         for name, timing in measured.items():
             timings[name].append(timing)
             ratios[name].append(timing.steps_per_second / measured[SYNC].steps_per_second)
-    print(f"{machine()}; aiovec {revision()}; {args.repeats} repeats of {args.seconds:g} s; "
-          f"load average {os.getloadavg()[0]:.2f} at the end.\n")
+    print("\n".join(header("Pixels: one copy each way",
+                           f"{args.repeats} interleaved repeats of {args.seconds:g} s")))
     # The heading right above the table names its section for compare.py.
     print(f"## PixelEnv, {args.envs} envs: one copy each way\n")
     print("| contender | num_envs | steps/s (median) | spread | µs per vector step (median) "
@@ -171,9 +174,8 @@ def main() -> None:
         rates = [timing.steps_per_second for timing in timings[name]]
         latencies = [timing.latency for timing in timings[name] if timing.latency is not None]
         median = statistics.median(rates)
-        spread = (max(rates) - min(rates)) / median
         latency = f"{statistics.median(latencies) * 1e6:.1f}" if latencies else "—"
-        print(f"| {name} | {args.envs} | {median:,.0f} | {spread:.0%} | {latency} "
+        print(f"| {name} | {args.envs} | {median:,.0f} | {spread_cell(rates)} | {latency} "
               f"| {statistics.median(ratios[name]):.2f}x "
               f"| {' '.join(f'{ratio:.2f}' for ratio in ratios[name])} |")
 

@@ -11,11 +11,11 @@ own full run this way (``results/real_envs.png``); the README's picture spans th
 
 from __future__ import annotations
 
-import argparse
-import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+
+from harness import arguments, number, read_tables
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,23 +30,17 @@ CONTENDERS = [
     ("aiovec auto (await)", "aiovec auto, await"),
 ]
 
-_ROW = re.compile(r"^\| (?P<name>[^|]+?) \|.*\| (?P<percent>\d+)% \|$")
-
 Shares = dict[tuple[str, str], float]
 
 
 def read_report(path: Path) -> tuple[Shares, str]:
     """Every contender's "% of limit" per cell in one report, and its machine line."""
-    shares: Shares = {}
-    machine = ""
-    section = ""
-    for line in path.read_text().splitlines():
-        if line.startswith("- machine:"):
-            machine = line.removeprefix("- machine:").strip()
-        elif line.startswith("## "):
-            section = line[3:].strip()
-        elif section in CELLS and (match := _ROW.match(line)):
-            shares[section, match["name"]] = float(match["percent"])
+    text = path.read_text()
+    shares = {(cell, row["contender"]): share
+              for cell, rows in read_tables(text).items() if cell in CELLS for row in rows
+              if (share := number(row.get("% of limit", ""))) is not None}
+    machine = next((line.removeprefix("- machine:").strip() for line in text.splitlines()
+                    if line.startswith("- machine:")), "")
     return shares, machine
 
 
@@ -89,9 +83,8 @@ def plot(reports: Sequence[Path], output: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, output=HERE / "results" / "real_envs.png")
     parser.add_argument("reports", nargs="+", type=Path)
-    parser.add_argument("--output", type=Path, default=HERE / "results" / "real_envs.png")
     args = parser.parse_args()
     plot(args.reports, args.output)
     print(f"wrote {args.output}")

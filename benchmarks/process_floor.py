@@ -24,10 +24,8 @@ Run: ``.venv/bin/python benchmarks/process_floor.py [--repeats 5] [--seconds 0.5
 
 from __future__ import annotations
 
-import argparse
 import mmap
 import os
-import random
 import socket
 import statistics
 import subprocess
@@ -37,10 +35,8 @@ from typing import Any
 
 import numpy as np
 from bench_envs import make_cartpole
-from harness import machine, revision
-from run import (
-    Plan,
-    Timing,
+from harness import Plan, Timing, arguments, header, interleaved, spread_cell
+from run_contenders import (
     Workload,
     run_aiovec,
     run_gym_sync,
@@ -202,22 +198,19 @@ def main() -> None:
         fd, num_envs, first, count = (int(value) for value in sys.argv[2:6])
         worker(socket.socket(fileno=fd), num_envs, first, count, sys.argv[6])
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=0.5)
+    parser = arguments(__doc__, repeats=5, seconds=0.5)
     parser.add_argument("--sizes", default="8,32")
     args = parser.parse_args()
     plan = Plan(seconds=args.seconds)
     sizes = [int(size) for size in args.sizes.split(",")]
     rates: dict[tuple[int, str], list[float]] = {}
     latencies: dict[tuple[int, str], list[float]] = {}
-    print(f"process floor: {machine()}, aiovec {revision()}, load average "
-          f"{os.getloadavg()[0]:.2f}; {args.repeats} repeats of {args.seconds:g} s", flush=True)
+    print("\n".join(header("The process backend's floor",
+                           f"{args.repeats} interleaved repeats of {args.seconds:g} s")),
+          flush=True)
     for repeat in range(args.repeats):
         for num_envs in sizes:
-            names = list(CONTENDERS)
-            random.Random(repeat * 1000 + num_envs).shuffle(names)
-            for name in names:
+            for name in interleaved(CONTENDERS, repeat * 1000 + num_envs):
                 envs = 2 if name == RAW_PAIR else num_envs
                 timing = CONTENDERS[name](CARTPOLE, envs, plan)
                 rates.setdefault((num_envs, name), []).append(timing.steps_per_second)
@@ -235,11 +228,10 @@ def main() -> None:
         for name in CONTENDERS:
             values = rates[(num_envs, name)]
             median = statistics.median(values)
-            spread = (max(values) - min(values)) / median
             raw = name == RAW_PAIR
             step_us = statistics.median(latencies[(num_envs, name)]) * 1e6
             print(f"| {name} | {'2 x 1 env' if raw else num_envs} | {median:,.0f} | "
-                  f"{spread:.0%} | {'—' if raw else f'{step_us:.1f}'} | "
+                  f"{spread_cell(values)} | {'—' if raw else f'{step_us:.1f}'} | "
                   f"{'—' if raw else f'{median / sync:.2f}x'} |")
     print("\n## aiovec against the floor, SyncVectorEnv and two raw loops "
           "(median; per repeat)\n")

@@ -14,7 +14,6 @@ restarted by the restart policy, for a sub-env that starts no process and for on
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
@@ -23,13 +22,12 @@ import signal
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
-from harness import machine, revision
+from harness import arguments, header
 
 import aiovec
 from aiovec.testing import Fault, ProcessTreeEnv, tagged_processes
@@ -116,9 +114,8 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, repeats=5)
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     obedient = death_to_gone(OBEDIENT, args.kills)
     stubborn = death_to_gone(STUBBORN, args.kills)
@@ -128,8 +125,9 @@ def main() -> None:
         for name in names if repeat % 2 == 0 else names[::-1]:
             restarts[name].append(restart_extra(() if name == "no process" else OBEDIENT))
         print(f"repeat {repeat + 1}/{args.repeats}", file=sys.stderr)
-    lines = [f"{machine()}, aiovec {revision()}, "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
+    lines = [*header("Process trees: a killed worker's descendants, and a restart's cost",
+                     f"{args.kills} kills, then {args.repeats} repeats of the restart, "
+                     "alternating"),
              f"Worker SIGKILLed to its sub-env's 10-process tree gone, {args.kills} kills:", "",
              "| tree | median (min, max) |", "|---|---:|",
              f"| all exit on SIGTERM | {spread(obedient)} |",

@@ -30,24 +30,20 @@ printed and written to ``benchmarks/results/ray.md``.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
-import platform
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 from bench_envs import CpuEnv, make_cartpole
-from harness import Check, describe, machine, revision, stamped, stamped_async
+from harness import Check, Plan, arguments, describe, header, interleaved, stamped, stamped_async
 
 import aiovec
 
@@ -61,15 +57,6 @@ RAY_PER_ENV = "aiovec ray, 1 env/actor"
 RAY_FLOOR = "Ray floor (bare loops)"
 #: Issue 19's target: Ray at this many CartPole envs, at least this fraction of process.
 TARGET_ENVS, TARGET_RATIO = 256, 0.5
-
-
-@dataclass(frozen=True)
-class Plan:
-    warmup_steps: int = 20
-    warmup_seconds: float = 1.0
-    seconds: float = 1.0
-    min_steps: int = 5
-    cell_timeout: float = 120.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,17 +155,14 @@ def measure(cell: Cell, plan: Plan) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--quick", action="store_true", help="1 repeat of 0.3 s")
+    parser = arguments(__doc__, repeats=3, seconds=1.0, quick="1 repeat of 0.3 s",
+                       output=RESULTS)
     parser.add_argument("--num-envs", type=int, action="append",
                         help="only these sizes (repeatable; default: all)")
-    parser.add_argument("--output", type=Path, default=RESULTS,
-                        help=f"where the table goes (default: {RESULTS})")
     args = parser.parse_args()
     repeats, seconds = (1, 0.3) if args.quick else (args.repeats, args.seconds)
-    plan = Plan(seconds=seconds, warmup_seconds=min(1.0, seconds))
+    plan = Plan(seconds=seconds, warmup_steps=20, warmup_seconds=min(1.0, seconds), min_steps=5,
+                cell_timeout=120.0)
 
     for key, value in RAY_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -192,8 +176,7 @@ def main() -> None:
     try:
         todo = cells(set(args.num_envs or ()))
         for repeat in range(repeats):
-            order = random.Random(repeat).sample(todo, len(todo))
-            for cell in order:
+            for cell in interleaved(todo, repeat):
                 if cell in errors:
                     continue
                 try:
@@ -207,15 +190,11 @@ def main() -> None:
         ray.shutdown()
 
     lines = [
-        "# aiovec on Ray vs process, one machine",
-        "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; aiovec revision {revision()}",
-        f"- machine: {machine()}; Python {platform.python_version()}, ray {ray.__version__}",
-        f"- method: median of {repeats} interleaved repeats, {seconds} s of stepping each, "
-        "`await envs.step()` on uvloop; steps/s = sub-env steps per wall second; "
-        "ratio = ray / process, of medians",
-        f"- total runtime: {time.perf_counter() - started:.0f} s",
-        "",
+        *header("aiovec on Ray vs process, one machine",
+                f"median of {repeats} interleaved repeats, {seconds} s of stepping each, "
+                "`await envs.step()` on uvloop; steps/s = sub-env steps per wall second; "
+                "ratio = ray / process, of medians", packages=("ray",),
+                more=[f"total runtime: {time.perf_counter() - started:.0f} s"]),
         "| workload | num_envs | contender | steps/s (median) | ms per vector step "
         "| vs process | per repeat |",
         "|---|---:|---|---:|---:|---:|---|",

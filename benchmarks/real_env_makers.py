@@ -21,13 +21,12 @@ Also the loops that need no vectorizer: ``loop`` (one process stepping its envs 
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
+from harness import together
 
 __all__ = ["burn", "limit_child", "loop", "make_cartpole", "make_half_cheetah", "make_pong",
            "two_core_limit"]
@@ -97,30 +96,11 @@ def two_core_limit(factory: Factory, batches: Sequence[Any], warmup_seconds: flo
                    seconds: float, timeout: float) -> float:
     """The 2-core limit: two spawned processes, each stepping half of the envs (``batches[k]``
     holds all n actions of round k), started together with no IPC: their steps/s summed."""
-    context = mp.get_context("spawn")
-    start, results = context.Barrier(3), context.Queue()
     half = len(batches[0]) // 2
-    children = [context.Process(target=limit_child, daemon=True,
-                                args=(factory, index * half,
-                                      [batch[index * half:(index + 1) * half] for batch in batches],
-                                      warmup_seconds, seconds, start, results))
-                for index in range(2)]
-    try:
-        for child in children:
-            child.start()
-        try:
-            start.wait(timeout=timeout)
-        except threading.BrokenBarrierError:
-            raise RuntimeError("a child failed before the start (its traceback is on stderr) "
-                               f"or {timeout:g} s passed") from None
-        outcomes = [results.get(timeout=seconds + timeout) for _ in children]
-    finally:
-        for child in children:
-            child.join(timeout=10.0)
-            if child.is_alive():
-                child.terminate()
-                child.join()
-    return float(sum(steps / elapsed for steps, elapsed in outcomes))
+    return together(limit_child, [(factory, index * half,
+                                   [batch[index * half:(index + 1) * half] for batch in batches],
+                                   warmup_seconds, seconds) for index in range(2)],
+                    seconds, timeout)
 
 
 def burn(burning: Any) -> None:

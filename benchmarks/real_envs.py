@@ -53,9 +53,7 @@ import importlib.metadata
 import multiprocessing as mp
 import os
 import platform
-import random
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -70,7 +68,19 @@ import anyio
 import gymnasium as gym
 import numpy as np
 import real_env_makers as makers  # benchmarks/ is sys.path[0]
-from harness import Check, describe, machine, revision, stamped, stamped_async, watchdog
+from harness import (
+    Check,
+    Plan,
+    arguments,
+    describe,
+    header,
+    interleaved,
+    machine,
+    spread_cell,
+    stamped,
+    stamped_async,
+    watchdog,
+)
 from plot_real_envs import plot
 
 import aiovec
@@ -99,17 +109,6 @@ class Workload:
     action_space: gym.Space[Any]
     envpool_task: str
     envpool_options: tuple[tuple[str, Any], ...] = ()
-
-
-@dataclass  # not frozen: harness.Timed's attributes are plain (settable) ones
-class Plan:
-    """How long each measurement runs (``harness.Timed``)."""
-
-    seconds: float
-    warmup_seconds: float = 0.5  # warm up for this long (at least 2 vector steps)...
-    warmup_steps: int = 10**9  # ...however many steps that takes
-    min_steps: int = 3
-    timeout: float = 150.0  # a measurement taking longer is an error
 
 
 WORKLOADS = {w.name: w for w in [
@@ -181,14 +180,14 @@ def run_raw(workload: Workload, num_envs: int, plan: Plan) -> float:
 def run_limit(workload: Workload, num_envs: int, plan: Plan) -> float:
     """Two spawned processes, n/2 envs each, started together: their steps/s summed."""
     return makers.two_core_limit(workload.factory, action_batches(workload.name, num_envs),
-                                 plan.warmup_seconds, plan.seconds, plan.timeout)
+                                 plan.warmup_seconds, plan.seconds, plan.cell_timeout)
 
 
 def timed_sync(make: Callable[[], Any], workload: Workload, num_envs: int, plan: Plan,
                actions: Sequence[Any] | None = None, seeded: bool = True,
                pick: str | None = None) -> float:
     """Build, reset, warm up and time a sync vector env under the watchdog; always close it."""
-    with watchdog(plan.timeout):
+    with watchdog(plan.cell_timeout):
         envs = make()
         try:
             if seeded:
@@ -240,7 +239,7 @@ def run_await(backend: str, **options: Any) -> Runner:
     """``await envs.step()`` on uvloop."""
     def run(workload: Workload, num_envs: int, plan: Plan) -> float:
         async def main() -> float:
-            with anyio.fail_after(plan.timeout):
+            with anyio.fail_after(plan.cell_timeout):
                 async with aiovec.AsyncVectorEnv([workload.factory] * num_envs,
                                                  backend=backend, copy=False,
                                                  **options) as envs:
@@ -250,7 +249,7 @@ def run_await(backend: str, **options: Any) -> Runner:
                     stamps = await stamped_async(
                         envs.step, action_batches(workload.name, num_envs), plan)
                     return rate(stamps, num_envs)
-        with watchdog(plan.timeout + 30.0):  # a backstop, should a sync part hang
+        with watchdog(plan.cell_timeout + 30.0):  # a backstop, should a sync part hang
             return anyio.run(main, backend="asyncio", backend_options=UVLOOP)
     return run
 
@@ -288,11 +287,10 @@ def measure(section: str, name: str, workload: Workload, num_envs: int, plan: Pl
           f"({time.perf_counter() - started:.1f} s)", flush=True)
 
 
-def interleaved(section: str, workload: Workload, num_envs: int, names: Sequence[str],
+def measure_all(section: str, workload: Workload, num_envs: int, names: Sequence[str],
                 plan: Plan, repeat: int) -> None:
-    order = list(names)
-    random.Random(f"{section}/{repeat}").shuffle(order)
-    for name in order:
+    """Each of ``names`` once, in this repeat's order."""
+    for name in interleaved(names, f"{section}/{repeat}"):
         measure(section, name, workload, num_envs, plan, repeat)
 
 
@@ -303,7 +301,7 @@ def run_cells(cells: Sequence[tuple[str, int]], names: Sequence[str], plan: Plan
         loads.append(round(os.getloadavg()[0], 2))
         print(f"repeat {repeat + 1}/{repeats} (load average {loads[-1]})", flush=True)
         for workload, num_envs in cells:
-            interleaved(label(workload, num_envs), WORKLOADS[workload], num_envs, names, plan,
+            measure_all(label(workload, num_envs), WORKLOADS[workload], num_envs, names, plan,
                         repeat)
     BOARD.notes.append(f"load average (1 min) as each repeat of the cells began: {loads}")
 
@@ -320,7 +318,7 @@ def run_neighbour(plan: Plan, repeats: int) -> None:
     try:
         burning.wait(timeout=60.0)
         for repeat in range(repeats):
-            interleaved(NEIGHBOUR, WORKLOADS["Pong"], 8, [SYNC, AWAIT_PROCESS], plan, repeat)
+            measure_all(NEIGHBOUR, WORKLOADS["Pong"], 8, [SYNC, AWAIT_PROCESS], plan, repeat)
     finally:
         burner.terminate()
         burner.join()
@@ -366,7 +364,7 @@ def run_ray(plan: Plan, repeats: int) -> str:
     took = time.perf_counter() - started
     try:
         for repeat in range(repeats):
-            interleaved(RAY_SECTION, WORKLOADS["Pong"], 32, [AWAIT_PROCESS, RAY], plan, repeat)
+            measure_all(RAY_SECTION, WORKLOADS["Pong"], 32, [AWAIT_PROCESS, RAY], plan, repeat)
     finally:
         ray.shutdown()
     return f"`ray.init(num_cpus=2)` took {took:.1f} s (ray {ray.__version__})"
@@ -387,10 +385,10 @@ def table(section: str, names: Sequence[str]) -> list[str]:
             continue
         scale = 2.0 if name == TWO_RAW else 1.0
         median = scale * statistics.median(values.values())
-        spread = (max(values.values()) - min(values.values())) / (median / scale)
         versus = f"{median / sync:.2f}x" if sync else "—"
         share = f"{median / limit:.0%}" if limit else "—"
-        lines.append(f"| {name} | {median:,.0f} | {spread:.0%} | {versus} | {share} |")
+        lines.append(f"| {name} | {median:,.0f} | {spread_cell(list(values.values()))} | "
+                     f"{versus} | {share} |")
     return lines
 
 
@@ -453,29 +451,16 @@ def counted(picks: Sequence[str]) -> str:
                      for name, count in collections.Counter(picks).most_common())
 
 
-def versions() -> str:
-    dirty = subprocess.run(["git", "status", "--porcelain", "aiovec"], capture_output=True,
-                           text=True, check=False).stdout.strip()
-    found = [f"Python {platform.python_version()}",
-             f"aiovec {revision()}{' + uncommitted changes in aiovec/' if dirty else ''}"]
-    for package in ("gymnasium", "ale-py", "mujoco", "envpool", "numpy", "ray"):
-        try:
-            found.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            found.append(f"{package} not installed")
-    return ", ".join(found)
-
-
 def report(args: argparse.Namespace, cells: Sequence[tuple[str, int]], names: Sequence[str],
            picks: dict[str, list[str]], load_before: float, took: float) -> list[str]:
-    lines = ["# Real environments: aiovec against Gymnasium, EnvPool and the 2-core limit", "",
-             f"- machine: {platform.platform()}; {machine()}; os.cpu_count() = {os.cpu_count()}",
-             f"- versions: {versions()}",
-             f"- load average (1 min): {load_before:.2f} before the run, "
-             f"{os.getloadavg()[0]:.2f} after; the run took {took:.0f} s",
-             f"- {args.repeats} interleaved repeats of {args.seconds:g} s per measurement; "
-             "steps/s = sub-env steps per wall second; aiovec with `copy=False`, default "
-             "autoreset; `await` on uvloop", ""]
+    lines = header("Real environments: aiovec against Gymnasium, EnvPool and the 2-core limit",
+                   f"{args.repeats} interleaved repeats of {args.seconds:g} s per measurement; "
+                   "steps/s = sub-env steps per wall second; aiovec with `copy=False`, default "
+                   "autoreset; `await` on uvloop",
+                   packages=("ale-py", "mujoco", "envpool", "ray"),
+                   more=[f"platform: {platform.platform()}",
+                         f"load average (1 min): {load_before:.2f} before the run, "
+                         f"{os.getloadavg()[0]:.2f} after; the run took {took:.0f} s"])
     shown = [*names[:1], TWO_RAW, *names[1:]]  # 2x raw right under raw
     for workload, num_envs in cells:
         section = label(workload, num_envs)
@@ -504,11 +489,8 @@ def report(args: argparse.Namespace, cells: Sequence[tuple[str, int]], names: Se
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 repeat of 0.5 s, n=8 cells, no EnvPool or Ray")
+    parser = arguments(__doc__, repeats=3, seconds=2.0,
+                       quick="1 repeat of 0.5 s, n=8 cells, no EnvPool or Ray")
     parser.add_argument("--cells", help="e.g. pong-8,halfcheetah-32 (default: all)")
     parser.add_argument("--sections", default="cells,neighbour,auto,ray")
     parser.add_argument("--neighbour", action="store_true", help="the neighbour section alone")
@@ -552,7 +534,9 @@ def main() -> None:
              or not any(word in name for word in skipped)]
     if "cells" in sections:
         BOARD.notes.append("EnvPool and Ray: skipped (--quick)" if args.quick else envpool)
-    plan = Plan(seconds=args.seconds, warmup_seconds=0.2 if args.quick else 0.5)
+    # Warm up for a time (at least 2 vector steps), however many steps that takes.
+    plan = Plan(seconds=args.seconds, warmup_steps=10**9,
+                warmup_seconds=0.2 if args.quick else 0.5, cell_timeout=150.0)
     load_before, started = os.getloadavg()[0], time.perf_counter()
     print(f"real envs: {machine()}; load average {load_before:.2f}; {args.repeats} repeats of "
           f"{args.seconds:g} s; sections {sorted(sections)}", flush=True)

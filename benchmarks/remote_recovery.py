@@ -24,7 +24,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import machine, revision, start_server  # noqa: E402
+from harness import arguments, header, start_server  # noqa: E402
 
 import aiovec  # noqa: E402
 from aiovec.remote import AsyncRemoteVectorEnv  # noqa: E402
@@ -110,9 +109,7 @@ def cell(samples: list[tuple[float, int, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(HERE / "results" / "remote_recovery.md"))
+    parser = arguments(__doc__, repeats=3, output=HERE / "results" / "remote_recovery.md")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -134,11 +131,10 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=60)
     lines = [
-        "# Recovery after a deadline or a cancellation, remote and local "
-        "(benchmarks/remote_recovery.py)", "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, Python "
-        f"{sys.version.split()[0]}, aiovec {revision()}; server on the same machine "
-        f"(loopback). Medians of {args.repeats} repeats (range).", "",
+        *header("Recovery after a deadline or a cancellation, remote and local "
+                "(benchmarks/remote_recovery.py)",
+                f"medians of {args.repeats} repeats (range); server on the same machine "
+                "(loopback)"),
         f"A sub-env's step hangs (3 s or 120 s); the step is ended at {DEADLINE:g} s by its "
         "deadline or by the caller's cancellation; then `reset(timeout=0.5)` until one "
         "succeeds. Local: `AsyncVectorEnv(timeout=0.5)`; remote: `AsyncRemoteVectorEnv("

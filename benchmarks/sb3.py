@@ -17,19 +17,15 @@ printed and written to ``benchmarks/results/sb3.md``.
 
 from __future__ import annotations
 
-import argparse
-import random
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from bench_envs import CpuEnv, make_cartpole
-from harness import describe, machine, revision, stamped
+from harness import Plan, arguments, describe, header, interleaved, stamped
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from aiovec.sb3 import SB3VecEnv
@@ -49,14 +45,6 @@ WORKLOADS: dict[str, tuple[Callable[[], Any], int]] = {
 BASELINE = "SB3 SubprocVecEnv"
 
 
-@dataclass(frozen=True)
-class Plan:
-    warmup_steps: int = 50
-    warmup_seconds: float = 0.5
-    seconds: float = 2.0
-    min_steps: int = 20
-
-
 def measure(contender: str, workload: str, plan: Plan) -> float:
     """Env steps per second (vector steps times num_envs) of one fresh contender."""
     factory, num_envs = WORKLOADS[workload]
@@ -73,22 +61,18 @@ def measure(contender: str, workload: str, plan: Plan) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--quick", action="store_true", help="one 0.5 s repeat per cell")
-    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the table")
+    parser = arguments(__doc__, repeats=3, seconds=2.0, quick="one 0.5 s repeat per cell",
+                       output=RESULTS)
     args = parser.parse_args()
-    repeats, plan = args.repeats, Plan(seconds=args.seconds)
+    repeats, plan = args.repeats, Plan(seconds=args.seconds, warmup_steps=50,
+                                       warmup_seconds=0.5, min_steps=20)
     if args.quick:
-        repeats, plan = 1, Plan(seconds=0.5, warmup_seconds=0.2)
+        repeats, plan = 1, Plan(seconds=0.5, warmup_steps=50, warmup_seconds=0.2, min_steps=20)
     cells = [(contender, workload) for workload in WORKLOADS for contender in CONTENDERS]
     results: dict[tuple[str, str], list[float]] = {cell: [] for cell in cells}
     errors: dict[tuple[str, str], str] = {}
     for repeat in range(repeats):
-        order = cells[:]
-        random.Random(repeat).shuffle(order)
-        for cell in order:
+        for cell in interleaved(cells, repeat):
             if cell in errors:
                 continue
             try:
@@ -96,11 +80,13 @@ def main() -> None:
             except Exception as error:  # a contender that fails gets an error cell
                 errors[cell] = describe(error)
             print(f"repeat {repeat + 1}/{repeats}: {cell[1]}, {cell[0]}", file=sys.stderr)
-    header = ("| workload | " + " | ".join(CONTENDERS) + " | aiovec process vs "
-              "SubprocVecEnv |\n|---|" + "---:|" * (len(CONTENDERS) + 1))
-    lines = [f"SB3 API, env steps/s, median of {repeats} interleaved {plan.seconds:g}-s "
-             f"repeats. {machine()}, aiovec {revision()}, "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", "", header]
+    columns = ("| workload | " + " | ".join(CONTENDERS) + " | aiovec process vs "
+               "SubprocVecEnv |\n|---|" + "---:|" * (len(CONTENDERS) + 1))
+    lines = [*header("Stable-Baselines3's VecEnv API: aiovec against SB3's own",
+                     f"median of {repeats} interleaved {plan.seconds:g}-s repeats",
+                     packages=("stable-baselines3",)),
+             f"SB3 API, env steps/s, median of {repeats} interleaved {plan.seconds:g}-s "
+             "repeats.", "", columns]
     for workload in WORKLOADS:
         medians = {contender: statistics.median(results[contender, workload])
                    for contender in CONTENDERS if results[contender, workload]}

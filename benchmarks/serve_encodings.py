@@ -15,12 +15,10 @@ Output: printed, and written to ``benchmarks/results/serve_encodings.md``.
 
 from __future__ import annotations
 
-import argparse
 import random
 import signal
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import anyio
@@ -30,7 +28,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import serve_load  # noqa: E402
-from harness import Check, machine, revision, start_server  # noqa: E402
+from harness import Check, arguments, header, start_server  # noqa: E402
 from serve_load import steps_per_second  # noqa: E402
 
 SIZES = (1, 16, 64)
@@ -39,11 +37,8 @@ TARGETS = {1: 1.0, 64: 1.3}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--output", default=str(HERE / "results" / "serve_encodings.md"))
-    args = parser.parse_args()
+    args = arguments(__doc__, repeats=11, seconds=1.0,
+                     output=HERE / "results" / "serve_encodings.md").parse_args()
     server, url = start_server(serve_load.__file__)
     rates: dict[tuple[int, str], list[float]] = {}
     try:
@@ -57,10 +52,9 @@ def main() -> None:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     lines = [
-        "# One remote client's steps/s by encoding (benchmarks/serve_encodings.py)", "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, Python "
-        f"{sys.version.split()[0]}, aiovec {revision()}; server and client on the same "
-        f"machine (loopback). {args.repeats} interleaved repeats of {args.seconds:g} s.", "",
+        *header("One remote client's steps/s by encoding (benchmarks/serve_encodings.py)",
+                f"{args.repeats} interleaved repeats of {args.seconds:g} s; server and client "
+                "on the same machine (loopback)"),
         "| sub-envs | binary frames (steps/s) | JSON (steps/s) | binary / JSON, per repeat "
         "| median |", "|---:|---:|---:|---|---:|"]
     checks = []

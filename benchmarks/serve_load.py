@@ -39,7 +39,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import anyio
@@ -49,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import Check, machine, revision, start_server  # noqa: E402
+from harness import Check, arguments, header, start_server  # noqa: E402
 
 import aiovec  # noqa: E402
 from aiovec.remote import AsyncRemoteVectorEnv  # noqa: E402
@@ -219,16 +218,13 @@ def measured_phase(url: str, sessions: int, steps: int, deadline: float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arguments(__doc__, repeats=5, seconds=1.0, quick="a few sessions, short",
+                       output=HERE / "results" / "serve_load.md")
     parser.add_argument("--sessions", default="256,512,1024,2048,4096,8192")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=180.0)
     parser.add_argument("--rate", type=float, default=2.0,
                         help="steps/s per session in the paced phase")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--output", default=str(HERE / "results" / "serve_load.md"))
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -280,10 +276,9 @@ def report(args: argparse.Namespace, phases: list[Phase],
            rates: dict[tuple[int, str], list[float]], steps: int) -> None:
     ms = 1e3
     lines = [
-        "# aiovec.serve under load (benchmarks/serve_load.py)", "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, Python "
-        f"{sys.version.split()[0]}, aiovec {revision()}; server, load client and probe on the "
-        "same machine (loopback).", "",
+        *header("aiovec.serve under load (benchmarks/serve_load.py)",
+                "server, load client and probe on the same machine (loopback)",
+                packages=("uvicorn", "websockets", "wsproto")),
         f"Each session: connect and open (1 CartPole sub-env, inline backend), reset, wait for "
         f"all, {steps} steps, close; success = every call answered within "
         f"{args.deadline:g} s.", "",

@@ -11,11 +11,11 @@ Run: ``.venv/bin/python benchmarks/shim.py [--repeats 5] [--steps 2000]``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 from collections.abc import Callable
 
+from harness import arguments, header
 from overhead import cartpole, time_async, time_vector_env  # benchmarks/ is sys.path[0]
 
 import aiovec
@@ -27,11 +27,12 @@ def time_shim(steps: int, backend: str, num_envs: int, warmup: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = arguments(__doc__, repeats=5)
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
     warmup = args.steps // 10
+    print("\n".join(header("The sync shim against `await`",
+                           f"median of {args.repeats} interleaved repeats of {args.steps} steps")))
     print("| backend | num_envs | await, uvloop (µs) | await, asyncio (µs) | shim (µs) "
           "| shim vs await uvloop (spread) | shim vs await asyncio (spread) |")
     print("|---|---:|---:|---:|---:|---:|---:|")

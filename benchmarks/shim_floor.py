@@ -13,7 +13,6 @@ Run: ``.venv/bin/python benchmarks/shim_floor.py [--repeats 7] [--calls 20000]``
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # as aiovec._shim._loop_driver does
-import argparse
 import asyncio
 import contextvars
 import signal
@@ -21,6 +20,8 @@ import socket
 import statistics
 import time
 from collections.abc import Callable
+
+from harness import arguments, header
 
 from aiovec._shim._loop_driver import LoopDriver
 
@@ -88,8 +89,7 @@ def ways(loop: asyncio.AbstractEventLoop, driver: LoopDriver,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = arguments(__doc__, repeats=7)
     parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
@@ -105,6 +105,8 @@ def main() -> None:
     finally:
         driver.stop()
         loop.close()
+    print("\n".join(header("The floor under the shim",
+                           f"{args.repeats} interleaved repeats of {args.calls} calls")))
     print("| way (a coroutine that suspends once) | µs per call, fastest | median |")
     print("|---|---:|---:|")
     for name, values in samples.items():

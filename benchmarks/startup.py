@@ -17,22 +17,19 @@ medians, printed and written to ``benchmarks/results/startup.md``.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import random
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import anyio
 import gymnasium as gym
 import numpy as np
 from bench_envs import make_cartpole
-from harness import describe, machine, revision
+from harness import arguments, describe, header, interleaved
 
 import aiovec
 from aiovec.testing import Fault, FaultyEnv
@@ -111,17 +108,14 @@ def restart_step(start_method: str, num_envs: int = 16) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = arguments(__doc__, repeats=5)
     args = parser.parse_args()
     cells = [(name, size) for size in SIZES for name in CONTENDERS]
     cells += [(f"restart ({method})", 16) for method in ("forkserver", "spawn")]
     results: dict[tuple[str, int], list[float]] = {cell: [] for cell in cells}
     errors: dict[tuple[str, int], str] = {}
     for repeat in range(args.repeats):
-        order = cells[:]
-        random.Random(repeat).shuffle(order)
-        for name, size in order:
+        for name, size in interleaved(cells, repeat):
             if (name, size) in errors:
                 continue
             try:
@@ -137,9 +131,9 @@ def main() -> None:
     def median(cell: tuple[str, int]) -> float | None:
         return statistics.median(results[cell]) if results[cell] else None
 
-    lines = [f"Start-up to the first step (construct, reset, one step) of CartPole-v1, seconds, "
-             f"median of {args.repeats} interleaved runs. {machine()}, aiovec {revision()}, "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
+    lines = [*header("Start-up to the first step", f"median of {args.repeats} interleaved runs"),
+             f"Start-up to the first step (construct, reset, one step) of CartPole-v1, seconds, "
+             f"median of {args.repeats} interleaved runs.", "",
              "| contender | " + " | ".join(f"{size} envs" for size in SIZES)
              + " | " + " | ".join(f"{BASELINE} / contender, {size}" for size in SIZES) + " |",
              "|---|" + "---:|" * (2 * len(SIZES))]

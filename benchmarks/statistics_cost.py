@@ -22,7 +22,6 @@ It ends with issue 19's targets as PASS/MISS lines (``run.py`` gathers them).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import statistics
@@ -35,7 +34,7 @@ import anyio
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
-from harness import Check
+from harness import Check, arguments, header
 
 import aiovec
 from aiovec._backends._slot import EnvSlot
@@ -131,17 +130,17 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = arguments(__doc__, repeats=7, quick="2 repeats of few steps (seconds)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--slot-steps", type=int, default=200_000)
-    parser.add_argument("--quick", action="store_true", help="2 repeats of few steps (seconds)")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.steps, args.slot_steps = 2, 200, 20_000
     checks: list[Check] = []
     warmup = args.steps // 10
 
+    print("\n".join(header("What per-sub-env step statistics cost",
+                           f"median of {args.repeats} interleaved repeats")))
     print(f"# Statistics cost, CartPole-v1, median of {args.repeats} interleaved repeats, each "
           f"the fastest of {CHUNKS} chunks of {args.steps // CHUNKS} steps\n")
     print("| contender | num_envs | µs per vector step | time vs SyncVectorEnv | per repeat |")
@@ -204,7 +203,7 @@ def main() -> None:
     checks.append(Check("statistics cost per sub-env step (EnvSlot, on - off)",
                         statistics.median(differences) / 1000, 0.1, unit=" µs", at_most=True,
                         per_repeat=[value / 1000 for value in differences]))
-    print("\n# Targets (issue 19; reported, never asserted)\n")
+    print("\n# Targets (reported, never asserted)\n")
     print("```", *(check.line() for check in checks), "```", sep="\n")
 
 

@@ -175,7 +175,7 @@ async def no_leaks(request: pytest.FixtureRequest,
         return
     fds, blocks, children = open_fds(), mapped_blocks(), child_pids()
     yield
-    end_abandoned_parent_workers()
+    end_abandoned_parent_workers(request.node)
     assert child_pids() <= children, "worker processes left running"
     assert mapped_blocks() <= blocks, "shared memory (aiovec-batch) left mapped"
     leaked = {}

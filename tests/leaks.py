@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
 #: the pid of the process that started the server (``aiovec._backends._process._forkserver``).
 FORK_SERVER_MARKER = b"aiovec-forkserver"
@@ -132,9 +134,56 @@ PARENT_WORKER_THREAD = "aiovec-parent-worker-"
 SUB_ENV_THREAD = "aiovec-env-"
 
 
-def end_abandoned_parent_workers(timeout: float = 20.0) -> None:
-    """Release hung sub-env calls, then join every parent worker thread still running (and,
-    when some call was hung, every thread-backend sub-env thread).
+#: The marker of a test that leaves a ``hang`` fault blocking a call on purpose (a sub-env
+#: abandoned at its deadline, say), with the reason: ``@pytest.mark.hangs_on_purpose("...")``.
+#: Only such a test has its hangs released before its leaks are counted.
+HANGS_ON_PURPOSE = "hangs_on_purpose"
+#: How long an unmarked test's hangs get to end by themselves (``hang_seconds``).
+HANG_GRACE = 5.0
+
+
+def hangs_on_purpose(node: pytest.Item) -> bool:
+    """Whether the test ``node`` is marked ``hangs_on_purpose``, with a reason."""
+    marker = node.get_closest_marker(HANGS_ON_PURPOSE)
+    if marker is None:
+        return False
+    reason = marker.args[0] if marker.args else marker.kwargs.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        pytest.fail(f"@pytest.mark.{HANGS_ON_PURPOSE} needs the reason the test hangs",
+                    pytrace=False)
+    return True
+
+
+def settle_hangs(node: pytest.Item) -> int:
+    """Release the ``hang`` faults of a test marked ``hangs_on_purpose``; in any other test,
+    a hang that has not ended by itself within ``HANG_GRACE`` seconds is a thread left
+    running, and fails it (released then, so that the next test starts clean). Returns
+    how many hangs there were when the test ended."""
+    from aiovec.testing import hangs_in_progress, release_hangs
+
+    try:
+        on_purpose = hangs_on_purpose(node)
+    except BaseException:  # a mark without a reason fails the test, its hangs ended
+        release_hangs()
+        raise
+    if on_purpose:
+        return release_hangs()
+    hangs = hangs_in_progress()
+    deadline = time.monotonic() + HANG_GRACE
+    while hangs_in_progress() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polled under a deadline: a short hang_seconds ends by itself
+    if hung := release_hangs():
+        raise AssertionError(
+            f"{hung} hang fault(s) still block a thread {HANG_GRACE} s after the test: a "
+            f"thread that hangs for good is a leak (a test that hangs on purpose says so with "
+            f"@pytest.mark.{HANGS_ON_PURPOSE}(reason))")
+    return hangs
+
+
+def end_abandoned_parent_workers(node: pytest.Item, timeout: float = 20.0) -> None:
+    """Settle the test's hung sub-env calls (``settle_hangs``), then join every parent worker
+    thread still running (and, when some call was hung, every thread-backend sub-env
+    thread).
 
     A parent worker abandoned at a deadline keeps its socket and its view of the shared
     memory until the call it is stuck in returns, then closes both (as a thread-backend
@@ -142,15 +191,13 @@ def end_abandoned_parent_workers(timeout: float = 20.0) -> None:
     """
     import threading
 
-    from aiovec.testing import release_hangs
-
-    released = release_hangs()
+    hung = settle_hangs(node)
     deadline = time.monotonic() + timeout
     for thread in threading.enumerate():
         if thread.name.startswith(PARENT_WORKER_THREAD):
             thread.join(max(0.0, deadline - time.monotonic()))
             assert not thread.is_alive(), f"{thread.name} still runs {timeout} s on"
-        elif released and thread.name.startswith(SUB_ENV_THREAD):
-            # A thread-backend sub-env abandoned at a deadline, released just now, closes its
-            # env as it ends, and a fault ledger's file with it: counted once it has.
+        elif hung and thread.name.startswith(SUB_ENV_THREAD):
+            # A thread-backend sub-env abandoned at a deadline, whose call has just ended,
+            # closes its env as it ends, and a fault ledger's file with it: counted once it has.
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -78,3 +78,28 @@ def test_modules_are_short_enough_to_hold() -> None:
     assert oversized <= BEING_SPLIT, {name: sizes[name] for name in oversized - BEING_SPLIT}
     finished = BEING_SPLIT - oversized
     assert not finished, f"split already: remove {sorted(finished)} from BEING_SPLIT"
+
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def test_benchmark_files_are_short_enough_to_hold() -> None:
+    """The benchmarks are read as closely as the package: the same limit, no exceptions."""
+    sizes = {path.name: len(path.read_text().splitlines()) for path in BENCHMARKS.glob("*.py")}
+    assert len(sizes) >= 20, sorted(sizes)
+    oversized = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
+    assert not oversized, oversized
+
+
+#: What only ``benchmarks/harness.py`` does: parse a script's arguments, and read the machine,
+#: the date and the versions for a report's header.
+HARNESS_ONLY = ("ArgumentParser(", "/proc/cpuinfo", "datetime.now(", "python_version()",
+                "sys.version")
+
+
+def test_benchmarks_share_one_harness() -> None:
+    """Every script takes its arguments and writes its report's header through the harness, so
+    that they all spell them one way."""
+    written_again = {path.name: [text for text in HARNESS_ONLY if text in path.read_text()]
+                     for path in sorted(BENCHMARKS.glob("*.py")) if path.name != "harness.py"}
+    assert not {name: found for name, found in written_again.items() if found}

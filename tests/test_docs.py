@@ -6,6 +6,7 @@ RLlib's blocks run in RLlib's own venv, by tests/rllib/test_docs_rllib.py (``mak
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -103,3 +104,42 @@ def test_named_repository_paths_exist(path: Path) -> None:
     named = set(_REPOSITORY_PATH.findall(path.read_text())) - _PLACEHOLDERS
     missing = sorted(name for name in named if not (ROOT / name).exists())
     assert not missing, f"{path.relative_to(ROOT)}: names paths that do not exist {missing}"
+
+
+#: What a reader cannot open: the project's issue numbers, the slices work was done in, and the
+#: notes that closed them ("a slice of an array" is fine).
+_PRIVATE_REFERENCE = re.compile(r"\bissues?\s*#?\d|\bslices?\s+\d|closing notes?", re.IGNORECASE)
+
+
+def _docstrings(path: Path) -> list[tuple[int, str]]:
+    """Every module, class and function docstring in ``path``, with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring is not None:
+                found.append((node.body[0].lineno, docstring))
+    return found
+
+
+def test_users_are_pointed_to_nothing_they_cannot_read() -> None:
+    """The README, the docs, the benchmarks' README and the package's docstrings name no
+    issue, slice of work or closing note: they say what the thing is instead."""
+    texts = [(path, 1, path.read_text())
+             for path in (*DOCUMENTS, ROOT / "benchmarks" / "README.md")]
+    texts += [(path, line, docstring) for path in sorted((ROOT / "aiovec").rglob("*.py"))
+              for line, docstring in _docstrings(path)]
+    found = [f"{path.relative_to(ROOT)}:{first + text[:match.start()].count(chr(10))}: "
+             f"{match.group()!r}"
+             for path, first, text in texts for match in _PRIVATE_REFERENCE.finditer(text)]
+    assert not found, found
+
+
+def test_the_readme_names_every_extra_a_user_installs() -> None:
+    """The install section's table of extras is pyproject's, less the contributors' own."""
+    # The section's keys, read as text: tomllib is not in Python 3.10, which aiovec supports.
+    section = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
+    declared = set(re.findall(r"^([\w-]+) = \[", section.split("\n[")[0], re.MULTILINE))
+    declared -= {"dev", "bench"}
+    listed = set(re.findall(r"^\| `([\w-]+)` \|", (ROOT / "README.md").read_text(), re.MULTILINE))
+    assert listed == declared

@@ -38,7 +38,7 @@ from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
 from aiovec._core._health import Health
-from aiovec._core._in_flight import USE_DEFAULT, CallerDeadline, InFlight, Timeout
+from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import check_out, copy_into, copy_observations
 from aiovec._core._recovery import Recovery
@@ -147,27 +147,30 @@ class Engine:
         self, in_flight: InFlight, timeout: Timeout
     ) -> tuple[Any, dict[str, Any]]:
         try:
+            self._recovery.reset_sent(in_flight.env_indices)
             if in_flight.pending is None:
                 await self._remake_lost(in_flight)
             replies, broken = await self._gather(in_flight, timeout)
             indices = list(in_flight.env_indices)
             restarted = None
-            if broken and self._restarts(in_flight):
+            restartable = self._recovery.restartable(broken) if broken else None
+            if restartable:
                 payloads = dict(zip(indices, in_flight.payloads))
                 restarted = await self._restart_or_abandon(
-                    in_flight, broken, {index: payloads[index] for index in broken})
+                    in_flight, restartable, {index: payloads[index] for index in restartable})
                 self._check_open("reset")
                 if restarted is not None:
                     for env_index, (reply, _reason) in restarted.items():
                         replies[indices.index(env_index)] = reply
-                    broken = {}
+                    broken = _still_broken(broken, restarted)
             result = self._assemble_reset(indices, replies, broken, in_flight.out)
             if self._results.misfits:
                 self._refuse_misfits(in_flight, replies, broken)
+            for env_index, (_reply, reason) in (restarted or {}).items():
+                if env_index not in broken:  # (its new observation may not have fitted)
+                    merge_info(result[1], {"restart": reason}, env_index, self.num_envs)
             if broken:
                 self._fail("reset", in_flight, broken, result)
-            for env_index, (_reply, reason) in (restarted or {}).items():
-                merge_info(result[1], {"restart": reason}, env_index, self.num_envs)
             self._counters.resets += 1
             return result
         finally:
@@ -210,16 +213,16 @@ class Engine:
                 self._step_counts.add_answered(in_flight.env_indices, replies)
             else:
                 self._step_counts.add_all()
-            restarted = None
-            if broken and self._restarts(in_flight):
+            restartable = self._recovery.restartable(broken) if broken else None
+            if restartable:
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-                previous = {index: results.row(index) for index in broken}
+                previous = {index: results.row(index) for index in restartable}
                 restarted = await self._restart_or_abandon(
-                    in_flight, broken, {} if same_step else None, previous)
+                    in_flight, restartable, {} if same_step else None, previous)
                 self._check_open("step")
-            if restarted is not None:
-                results.apply_restarts(restarted, previous, infos, out=out)
-                broken = {}
+                if restarted is not None:
+                    results.apply_restarts(restarted, previous, infos, out=out)
+                    broken = _still_broken(broken, restarted)
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self._health.ended(results.terminations, results.truncations)
             # No local name for the batch: a raised error's frames must not pin shared memory.
@@ -237,12 +240,6 @@ class Engine:
             return result
         finally:
             self._release(in_flight)
-
-    def _restarts(self, in_flight: InFlight) -> bool:
-        """Whether the broken sub-envs of ``in_flight`` are restarted: under a restart
-        policy, unless some missed a deadline that was the caller's (``CallerDeadline``)."""
-        return self._restart_policy is not None and (
-            type(in_flight.deadline) is not CallerDeadline or not in_flight.late)
 
     def _refuse_misfits(self, in_flight: InFlight, replies: list[Any],
                         broken: dict[int, str]) -> None:
@@ -301,21 +298,20 @@ class Engine:
             await self._backend.wait_arrivals(first.arrivals, count)
 
     def _give_up_on_late(self, first: FirstReady) -> None:
-        """Sub-envs past their deadline: discarded by the backend, reported as timed out."""
+        """Sub-envs past their deadline: reported as timed out, then discarded by the backend
+        (so the neighbours a killed worker took with it are received after them)."""
         late = first.expire(anyio.current_time())
         if not late:
             return
-        late_ids = [env_index for env_index, _ in late]
         self._counters.timeouts += len(late)
-        self._backend.discard(late_ids)
-        self._health.need_reset(self._backend.lost_envs())
-        first.collect()  # co-hosted sub-envs of a killed worker fail now
         for env_index, seconds in late:
-            if type(seconds) is CallerDeadline:  # the caller's: not restarted
-                first.unrestartable.add(env_index)
+            self._recovery.note_late([env_index], seconds)
             error = EnvTimeoutError("step", [env_index], seconds)
             first.ready[env_index] = Failure(env_index, "step", error,
                                              f"step timed out after {seconds:g} s", "")
+        self._backend.discard([env_index for env_index, _ in late])
+        self._health.need_reset(self._backend.lost_envs())
+        first.collect()  # co-hosted sub-envs of a killed worker fail now
 
     async def _receive(self, first: FirstReady, env_ids: list[int]) -> StepBatch:
         replies = [first.ready[env_index] for env_index in env_ids]
@@ -327,10 +323,8 @@ class Engine:
             env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
-        # Those that missed the caller's own deadline (``CallerDeadline``) are not restarted.
-        restartable = {env_index: why for env_index, why in broken.items()
-                       if env_index not in first.unrestartable}
-        if restartable and self._restart_policy is not None:
+        restartable = self._recovery.restartable(broken) if broken else None
+        if restartable:
             previous = {env_index: self._results.row(env_index) for env_index in broken}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
             # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
@@ -351,8 +345,7 @@ class Engine:
                 # Neighbours restarted with them (same worker) are cut short in this batch too.
                 restarted.update((env_index, reason) for env_index, reason in outcome.items()
                                  if env_index in batch_ids)
-                broken = {env_index: why for env_index, why in broken.items()
-                          if env_index not in outcome}
+                broken = _still_broken(broken, outcome)
         # No await from here on: the results leave `ready` only with the finished batch.
         if answered_all:
             self._step_counts.add(env_ids)
@@ -429,6 +422,7 @@ class Engine:
             return replies, broken
         if in_flight.late:
             self._counters.timeouts += len(in_flight.late)
+            self._recovery.note_late(in_flight.late, deadline)
             self._backend.discard(in_flight.late)
             self._health.need_reset(self._backend.lost_envs())  # whatever the call was
             for env_index in in_flight.late:
@@ -548,3 +542,8 @@ class Engine:
                 raise IndexError(f"sub-env index {index} is out of range for "
                                  f"{self.num_envs} sub-envs")
         return env_ids
+
+
+def _still_broken(broken: dict[int, str], restarted: Restarts) -> dict[int, str]:
+    """The broken sub-envs a restart left broken: those that missed the caller's deadline."""
+    return {index: why for index, why in broken.items() if index not in restarted}

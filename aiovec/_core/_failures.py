@@ -28,18 +28,21 @@ def error_group(operation: str, failures: Sequence[Failure]) -> SubEnvErrorGroup
 
 def call_error(operation: str, in_flight: InFlight, broken: dict[int, str],
                partial_result: Any) -> EnvTimeoutError | SubEnvErrorGroup:
-    """The error for the broken sub-envs of a call: ``EnvTimeoutError`` when they all missed
-    the deadline, else a group in which the late ones are ``SubEnvError``s caused by it."""
+    """The error for the broken sub-envs of a call (those not restarted): ``EnvTimeoutError``
+    when they all missed the deadline, else a group in which the late ones are
+    ``SubEnvError``s caused by it."""
     error: EnvTimeoutError | SubEnvErrorGroup
-    if in_flight.late and not in_flight.failed:
-        error = EnvTimeoutError(operation, in_flight.late, in_flight.deadline)
+    late = [env_index for env_index in in_flight.late if env_index in broken]
+    failed = [failure for failure in in_flight.failed if failure.env_index in broken]
+    if late and not failed:
+        error = EnvTimeoutError(operation, late, in_flight.deadline)
     else:
         errors = []
-        for env_index in in_flight.late:
-            late = SubEnvError(env_index, operation, broken[env_index])
-            late.__cause__ = EnvTimeoutError(operation, [env_index], in_flight.deadline)
-            errors.append(late)
-        errors += [sub_env_error(failure) for failure in in_flight.failed]
+        for env_index in late:
+            timed_out = SubEnvError(env_index, operation, broken[env_index])
+            timed_out.__cause__ = EnvTimeoutError(operation, [env_index], in_flight.deadline)
+            errors.append(timed_out)
+        errors += [sub_env_error(failure) for failure in failed]
         errors.sort(key=lambda sub_error: sub_error.env_id)
         error = SubEnvErrorGroup.from_errors(operation, errors)
     error.partial_result = partial_result

@@ -45,7 +45,7 @@ class Restarted(NamedTuple):
 class FirstReady:
     """The sub-envs sent an action and not received yet, and their results."""
 
-    __slots__ = ("arrivals", "deadlines", "in_flight", "ready", "receiving", "unrestartable")
+    __slots__ = ("arrivals", "deadlines", "in_flight", "ready", "receiving")
 
     def __init__(self, arrivals: Arrivals) -> None:
         self.arrivals = arrivals
@@ -53,8 +53,6 @@ class FirstReady:
         self.in_flight: dict[int, tuple[Pending, int]] = {}
         #: env index -> (deadline on the loop's clock, the timeout it came from).
         self.deadlines: dict[int, tuple[float, float]] = {}
-        #: Sub-envs given up on at the caller's own deadline, until received: not restarted.
-        self.unrestartable: set[int] = set()
         #: env index -> its reply, in landing order, until a ``recv`` returns it.
         self.ready: dict[int, Any] = {}
         self.receiving = False
@@ -122,7 +120,6 @@ class FirstReady:
 
     def forget(self, env_ids: Any) -> None:
         """Drop the waiting results of ``env_ids`` (they were received, or reset)."""
-        ready, unrestartable = self.ready, self.unrestartable
+        ready = self.ready
         for env_index in env_ids:
             ready.pop(env_index, None)
-            unrestartable.discard(env_index)

@@ -25,11 +25,11 @@ Timeout = float | None | _UseDefault
 
 class CallerDeadline(float):
     """``timeout=CallerDeadline(seconds)``: a deadline that is the caller's own, not the
-    sub-envs' (a remote client's, which ``aiovec.serve`` applies). The call must end by then,
-    so when a sub-env misses it nothing is restarted in the call, whatever the restart
-    policy: the late sub-envs are discarded as at any deadline (worker killed, thread
-    abandoned), the call raises ``EnvTimeoutError`` (or a group, with those that failed), and
-    the next reset makes them afresh."""
+    sub-envs' (a remote client's, which ``aiovec.serve`` applies). A sub-env that misses it
+    is discarded as at any deadline (worker killed, thread abandoned) but never restarted,
+    whatever the restart policy: the caller gave up on it, so it hears ``EnvTimeoutError``
+    naming it and resets it. Other broken sub-envs are restarted as usual
+    (``_recovery.Recovery`` keeps the rule)."""
 
     __slots__ = ()
 

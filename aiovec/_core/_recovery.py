@@ -1,10 +1,17 @@
 """Restarts: broken sub-envs made afresh under the ``RestartPolicy`` (and reset, when the
-call was a reset or autoreset is same-step), with the counts that cap and space them."""
+call was a reset or autoreset is same-step), with the counts that cap and space them.
+
+The caller's deadline (``CallerDeadline``) has one rule, kept here for ``step``, ``reset`` and
+``recv`` alike: a sub-env that missed it is never restarted, not even when its worker is made
+afresh to restart a neighbour; the caller hears ``EnvTimeoutError`` for it and resets it. Every
+other broken sub-env (it raised, or died, or shared a worker killed to stop a late one) is
+restarted by the policy as under any other deadline.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -12,7 +19,7 @@ import numpy as np
 
 from aiovec._core._backend import Backend
 from aiovec._core._health import Health
-from aiovec._core._in_flight import START_TIMEOUT
+from aiovec._core._in_flight import START_TIMEOUT, CallerDeadline
 from aiovec._core._requests import Failure, Op, Remade
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import Restarts
@@ -41,6 +48,8 @@ class Recovery:
         self._restart_counts = np.zeros(num_envs, dtype=np.int64)
         self._consecutive_restarts = np.zeros(num_envs, dtype=np.int64)
         self._last_restart_at = np.full(num_envs, -2, dtype=np.int64)
+        #: Sub-envs that missed the caller's own deadline, until the caller resets them.
+        self._spared: set[int] = set()
         #: Steps each sub-env returned (``step`` and ``recv`` calls that returned), to tell
         #: restarts in a row.
         self.env_steps = StepCounts(num_envs)
@@ -49,6 +58,26 @@ class Recovery:
         """How long making sub-envs may take: the policy's ``make_timeout``, else
         ``START_TIMEOUT``."""
         return START_TIMEOUT if self.policy is None else self.policy.make_timeout
+
+    def note_late(self, env_indices: Iterable[int], deadline: float | None) -> None:
+        """Sub-envs ``env_indices`` missed ``deadline``. If it was the caller's own
+        (``CallerDeadline``), the caller gave up on them: no restart brings them back, only
+        the caller's reset (``reset_sent``)."""
+        if type(deadline) is CallerDeadline:
+            self._spared.update(env_indices)
+
+    def reset_sent(self, env_indices: Iterable[int]) -> None:
+        """The caller is resetting these sub-envs: from now on they are restarted as any."""
+        if self._spared:
+            self._spared.difference_update(env_indices)
+
+    def restartable(self, broken: dict[int, str]) -> dict[int, str]:
+        """Those of ``broken`` (sub-env: why) that the policy restarts: all but the ones that
+        missed the caller's deadline; none without a policy."""
+        if self.policy is None:
+            return {}
+        spared = self._spared
+        return {index: why for index, why in broken.items() if index not in spared}
 
     def note_remade(self, remade: Remade) -> None:
         """Sub-envs made afresh need a reset; those whose factory failed stay unmade."""
@@ -63,11 +92,14 @@ class Recovery:
     ) -> Restarts | None:
         """Recreate the broken sub-envs under the restart policy (and reset them, with
         ``reset_payloads``) → ``{env_index: (reset reply or None, why)}``, or ``None`` when a
-        sub-env is out of restarts (the caller then raises as without a policy).
+        sub-env is out of restarts (the caller then raises as without a policy). ``broken``
+        holds only sub-envs the policy restarts (``restartable``).
 
         In a step (``previous`` given), sub-envs remade only because they share a worker with
         a broken one are restarted too (their observation, ``observation_row``, is saved in
-        ``previous`` first); in a reset they are left needing a reset (``unusable_envs``).
+        ``previous`` first); in a reset they are left needing a reset (``unusable_envs``), as
+        is, always, one that missed the caller's deadline: made afresh with its worker, but
+        not restarted (no new episode, not counted).
         ``check_open`` raises if the vector env was closed during an await. Whether the
         restarted sub-envs can step afterwards is the caller's to set.
         """
@@ -98,7 +130,8 @@ class Recovery:
                 made = [index for index in envs if index not in failed]
                 if previous is not None and observation_row is not None:
                     for index in remade.env_indices:
-                        if index not in reasons and index not in restarted:
+                        if (index not in reasons and index not in restarted
+                                and index not in self._spared):
                             previous[index] = observation_row(index)
                             reasons[index] = (f"restarted with sub-env(s) {envs} "
                                               "(same worker process)")

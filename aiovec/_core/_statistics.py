@@ -84,7 +84,8 @@ class Statistics:
     ``steps`` and ``resets`` count vector calls that returned (with or without restarted
     sub-envs; a ``recv`` batch counts as a step); ``errors`` counts sub-env failures (raised
     or recovered), ``timeouts`` sub-envs that missed a deadline, ``restarts`` sub-envs
-    recreated by the restart policy or a reset;
+    restarted by the restart policy or remade by a reset (one remade with its worker while
+    the caller must still reset it is not counted);
     ``abandoned_threads`` is how many hung sub-env threads are still running (thread backend);
     ``descendants_reaped`` counts processes the sub-envs had started that aiovec ended when
     their sub-env closed, restarted or died (process backend, Linux); ``cleanups_run`` and

@@ -19,6 +19,7 @@ from aiovec.testing._faults import Fault as Fault
 from aiovec.testing._faults import FaultLedger as FaultLedger
 from aiovec.testing._faults import FaultyEnv as FaultyEnv
 from aiovec.testing._faults import InjectedFault as InjectedFault
+from aiovec.testing._faults import hangs_in_progress as hangs_in_progress
 from aiovec.testing._faults import release_hangs as release_hangs
 from aiovec.testing._process_tree import HELPER_KINDS as HELPER_KINDS
 from aiovec.testing._process_tree import ProcessTreeEnv as ProcessTreeEnv
@@ -36,6 +37,7 @@ __all__ = (
     "FaultyEnv",
     "InjectedFault",
     "ProcessTreeEnv",
+    "hangs_in_progress",
     "release_hangs",
     "tagged_processes",
 )

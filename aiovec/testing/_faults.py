@@ -30,6 +30,7 @@ __all__ = [
     "FaultLedger",
     "FaultyEnv",
     "InjectedFault",
+    "hangs_in_progress",
     "release_hangs",
 ]
 
@@ -115,6 +116,13 @@ def release_hangs() -> int:
     with _hangs_lock:
         for event in _hangs:
             event.set()
+        return len(_hangs)
+
+
+def hangs_in_progress() -> int:
+    """How many ``hang`` faults are blocking a call in this process right now (a leak check
+    counts them: a thread stuck in one is still running)."""
+    with _hangs_lock:
         return len(_hangs)
 
 

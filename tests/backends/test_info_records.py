@@ -48,13 +48,47 @@ def _extras(infos: list[dict[str, Any]], first_env: int = 0) -> list[tuple[int, 
     return [(first_env + offset, (info, None)) for offset, info in enumerate(infos)]
 
 
-def _recorded(runs: list[list[dict[str, Any]]]) -> tuple[dict[str, Any], int]:
+#: Bytes a recorded value of each type takes (``merge_info``'s column dtype for it).
+_RECORDED_SIZES: dict[type, int] = {
+    int: 8, float: 8, bool: 1, np.int8: 1, np.int16: 2, np.int32: 4, np.int64: 8,
+    np.uint8: 1, np.uint16: 2, np.uint32: 4, np.uint64: 8, np.float16: 2, np.float32: 4,
+    np.float64: 8, np.complex64: 8, np.complex128: 16}
+
+
+def _fits_one_schema(run: list[dict[str, Any]]) -> bool:
+    """Whether a worker hosting sub-envs with these infos records them (a reference in plain
+    Python, not the recorder's own checks): every sub-env reports the same keys in the same
+    order, none like a mask or ``final_obs``, each value a scalar of a type with a column
+    dtype, of the same type in every sub-env (a Python int within int64), all of them
+    fitting a record, each aligned to its own size."""
+    first = run[0]
+    if not first:
+        return False
+    kinds = [type(value) for value in first.values()]
+    if any(type(key) is not str or key.startswith("_") or key == "final_obs" for key in first):
+        return False
+    if any(kind not in _RECORDED_SIZES for kind in kinds):
+        return False
+    for info in run:
+        if list(info) != list(first) or [type(value) for value in info.values()] != kinds:
+            return False
+        if any(type(value) is int and not -2**63 <= value < 2**63 for value in info.values()):
+            return False
+    end = 0
+    for kind in kinds:
+        size = _RECORDED_SIZES[kind]
+        end = (end + size - 1) // size * size + size
+    return end <= RECORD_BYTES
+
+
+def _recorded(runs: list[list[dict[str, Any]]]) -> tuple[dict[str, Any], list[bool]]:
     """The batch's infos as the process backend builds them from records: each run recorded
-    by its worker and read by the parent, or merged one by one where it did not fit."""
+    by its worker and read by the parent, or merged one by one where it did not fit; and
+    which runs were recorded."""
     num_envs = sum(len(run) for run in runs)
     region = np.zeros((num_envs, RECORD_BYTES), np.uint8)
     batched: dict[str, Any] = {}
-    recorded = 0
+    recorded = []
     start = 0
     for run in runs:
         recorder = InfoRecorder(region[start:start + len(run)])
@@ -63,8 +97,9 @@ def _recorded(runs: list[list[dict[str, Any]]]) -> tuple[dict[str, Any], int]:
             records = region[start:start + len(run)].view(
                 recorder.schema.record_dtype()).reshape(len(run))
             splice_infos(batched, recorder.schema.read(records), start, num_envs)
-            recorded += 1
+            recorded.append(True)
         else:
+            recorded.append(False)
             for offset, info in enumerate(run):
                 if info:
                     merge_info(batched, info, start + offset, num_envs)
@@ -86,7 +121,19 @@ def test_recorded_infos_equal_merging_each_sub_env(seed: int) -> None:
     """Random runs of sub-envs, most sharing a schema (random keys, scalar kinds of many
     dtypes), some broken (a key missing, another kind, a nested dict, an array), some pickled
     with keys named like the others' masks or nesting where others record: the batch equals
-    merging every sub-env's info, keys, order, dtypes, masks and values."""
+    merging every sub-env's info, keys, order, dtypes, masks and values; and exactly the
+    runs that fit one schema (``_fits_one_schema``) went through the records."""
+    runs = _drawn_runs(seed)
+    with warnings.catch_warnings():
+        # Another run's kind cast into a column (complex into float, a big uint into int8)
+        # warns the same either way; what matters is the values.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        _compare(runs)
+
+
+def _drawn_runs(seed: int) -> list[list[dict[str, Any]]]:
+    """The infos of a few workers' runs of sub-envs, drawn from ``seed``."""
     rng = np.random.default_rng(seed)
     runs = []
     for _ in range(int(rng.integers(1, 4))):
@@ -111,12 +158,7 @@ def test_recorded_infos_equal_merging_each_sub_env(seed: int) -> None:
                   f"k{int(rng.integers(6))}": {"x": 1} if rng.random() < 0.3 else "text"}
                  for _ in range(int(rng.integers(1, 3)))]
         runs.insert(int(rng.integers(len(runs) + 1)), clash)
-    with warnings.catch_warnings():
-        # Another run's kind cast into a column (complex into float, a big uint into int8)
-        # warns the same either way; what matters is the values.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-        _compare(runs)
+    return runs
 
 
 def _compare(runs: list[list[dict[str, Any]]]) -> None:
@@ -126,8 +168,39 @@ def _compare(runs: list[list[dict[str, Any]]]) -> None:
         with pytest.raises((ValueError, TypeError, OverflowError, AttributeError)):
             _recorded(runs)
         return
-    actual, _ = _recorded(runs)
+    actual, recorded = _recorded(runs)
     assert_identical(actual, expected)
+    assert recorded == [_fits_one_schema(run) for run in runs]
+
+
+def test_the_property_test_records_every_kind_it_draws() -> None:
+    """The 300 seeds above record runs of every scalar kind they draw (else a kind the
+    recorder dropped would go unnoticed), and leave some runs to pickling."""
+    kinds: set[type] = set()
+    pickled = 0
+    for seed in range(300):
+        runs = _drawn_runs(seed)
+        for run in runs:
+            if _fits_one_schema(run):
+                kinds.update(type(value) for value in run[0].values())
+            else:
+                pickled += 1
+    assert kinds == {type(value) for value in _SCALARS}
+    assert pickled > 50
+
+
+@pytest.mark.parametrize("value", _SCALARS, ids=lambda value: type(value).__name__)
+def test_every_scalar_kind_is_recorded_in_its_merged_dtype(value: Any) -> None:
+    """Two sub-envs reporting a scalar of one kind (beside a float): their infos go through
+    the records, laid out in the dtype merging gives that key's column, and read back as
+    merging gives them."""
+    runs = [[{"x": 0.5, "k": value}, {"x": 1.5, "k": _like(value, np.random.default_rng(1))}]]
+    actual, recorded = _recorded(runs)
+    assert recorded == [True]
+    schema = schema_of(runs[0][0])
+    assert schema is not None
+    assert schema.record_dtype().fields["f1"][0] == _merged(runs)["k"].dtype
+    assert_identical(actual, _merged(runs))
 
 
 def test_runs_recorded_with_differing_dtypes_splice_value_by_value() -> None:
@@ -135,7 +208,7 @@ def test_runs_recorded_with_differing_dtypes_splice_value_by_value() -> None:
     first dtype, as merging gives it."""
     runs = [[{"k": 1}, {"k": 2}], [{"k": 2.75}, {"k": 0.5}]]
     actual, recorded = _recorded(runs)
-    assert recorded == 2
+    assert recorded == [True, True]
     assert_identical(actual, _merged(runs))
     assert actual["k"].tolist() == [1, 2, 2, 0]
 
@@ -305,3 +378,53 @@ async def test_closing_while_a_recorded_step_is_awaited(anyio_backend: Any, tmp_
                                  start_method=start_method)
     await envs.reset()
     await close_while_a_step_hangs(envs, str(fifo), np.zeros(2, np.int64))
+
+
+class EveryKindInfoEnv(CountingEnv):
+    """Reports a scalar of every kind with a column dtype each step (values that change with
+    the step and the sub-env), and no episode ends in a short rollout: every step's infos
+    fit one schema."""
+
+    KINDS: tuple[type, ...] = (int, float, bool, np.int8, np.int16, np.int32, np.int64,
+                               np.uint8, np.uint16, np.uint32, np.uint64, np.float16,
+                               np.float32, np.float64, np.complex64, np.complex128)
+
+    def __init__(self, env_index: int = 0) -> None:
+        super().__init__()
+        self.env_index = env_index
+
+    def step(self, action: int) -> Any:
+        obs, reward, _, _, _ = super().step(action)
+        value = 10 * self.steps + self.env_index
+        info = {kind.__name__: kind(value % 2) if kind is bool else kind(value)
+                for kind in self.KINDS}
+        return obs, reward, False, False, info
+
+
+@pytest.mark.parametrize("parent_worker", [False, True])
+async def test_every_step_of_every_kind_goes_through_the_records(
+        anyio_backend: Any, no_leaks: None, parent_worker: bool) -> None:
+    """Infos of every scalar kind, through the process backend: each worker announced the
+    schema of all of them, and after every step the records in shared memory hold exactly
+    that step's infos (only a worker that recorded its step writes them: one that pickled
+    would leave the last step's values), which equal the inline backend's."""
+    factories = [functools.partial(EveryKindInfoEnv, index) for index in range(4)]
+    kinds = EveryKindInfoEnv.KINDS
+    expected_schema = RecordSchema(tuple(kind.__name__ for kind in kinds), kinds)
+    async with aiovec.AsyncVectorEnv(factories, backend="inline") as envs:
+        await envs.reset(seed=1)
+        expected = [await envs.step(np.zeros(4, np.int64)) for _ in range(12)]
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2,
+                                     parent_worker=parent_worker) as envs:
+        await envs.reset(seed=1)
+        for step in range(12):
+            infos = (await envs.step(np.zeros(4, np.int64)))[4]
+            assert_identical(infos, expected[step][4])
+            for worker in envs._backend._workers:
+                assert worker.info_schema == expected_schema
+                hosted = worker.env_indices
+                region = envs._backend.records._region[hosted.start:hosted.stop]
+                records = region.view(expected_schema.record_dtype()).reshape(len(hosted))
+                for position, key in enumerate(expected_schema.keys):
+                    assert_identical(records[f"f{position}"],
+                                     infos[key][hosted.start:hosted.stop])

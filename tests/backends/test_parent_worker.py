@@ -179,6 +179,9 @@ async def test_a_restart_policy_remakes_a_failed_parent_share(anyio_backend: Any
         assert obs[:, 0].tolist() == [3, 3, 0, 0]
 
 
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: the parent share's thread is abandoned at the reset's "
+    "deadline")
 async def test_a_cancelled_caller_leaves_what_a_worker_process_leaves(
         anyio_backend: Any, ledger: FaultLedger, no_leaks: None) -> None:
     faults = {3: [Fault("hang", "step", at=0, instance=0)]}
@@ -195,6 +198,8 @@ async def test_a_cancelled_caller_leaves_what_a_worker_process_leaves(
         assert obs[:, :2].tolist() == [[1, 2]] * 4
 
 
+@pytest.mark.hangs_on_purpose(
+    "a sub-env's close hangs for good: closing abandons the parent share's thread")
 async def test_closing_with_a_hung_parent_share_is_bounded(anyio_backend: Any,
                                                            ledger: FaultLedger,
                                                            no_leaks: None) -> None:

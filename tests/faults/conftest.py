@@ -1,4 +1,5 @@
-"""Fault-injection fixtures: a ledger per test, hung threads released at teardown."""
+"""Fault-injection fixtures: a ledger per test; hung threads released at teardown in the tests
+that hang on purpose, a leak in any other."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aiovec.testing import FaultLedger, release_hangs
+from aiovec.testing import FaultLedger
+from tests.leaks import settle_hangs
 
 
 @pytest.fixture
@@ -17,7 +19,8 @@ def ledger(tmp_path: Path) -> FaultLedger:
 
 
 @pytest.fixture(autouse=True)
-def _release_hung_threads() -> Iterator[None]:
-    """A hang fault on an in-process backend blocks a thread: end it once the test is done."""
+def _settle_hung_threads(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A hang fault on an in-process backend blocks a thread: ended once a test marked
+    ``hangs_on_purpose`` is done, a leak in any other (``tests.leaks.settle_hangs``)."""
     yield
-    release_hangs()
+    settle_hangs(request.node)

@@ -73,6 +73,9 @@ async def rollout(envs: aiovec.AsyncVectorEnv,
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("chaos", CHAOS, ids=[chaos.backend for chaos in CHAOS])
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.hangs_on_purpose(
+    "hang faults at random: a thread-backend sub-env abandoned at its deadline stays "
+    "blocked")
 async def test_chaos_run(anyio_backend: str, chaos: Chaos, tmp_path: object,
                          no_leaks: None) -> None:
     full_length = anyio_backend == "asyncio" and chaos.backend == "process"

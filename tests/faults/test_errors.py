@@ -223,6 +223,9 @@ async def test_worker_that_dies_mid_step(kind: str, exit_status: int, descriptio
 
 
 @pytest.mark.parametrize("backend", WORKER_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: with a parent worker (AIOVEC_PARENT_WORKER=1), its thread "
+    "is abandoned at the deadline")
 async def test_a_death_beside_a_timeout_is_reported_as_a_death(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """One worker dies and another sub-env hangs in the same step: the dead one's error is its

@@ -54,6 +54,8 @@ FIRST_READY_CHAOS = [
     for loop in EVENT_LOOPS for backend, probabilities in FIRST_READY_CHAOS
     if backend != "ray" or loop == "asyncio"
 ])
+@pytest.mark.hangs_on_purpose(
+    "hang faults at random: an in-process sub-env abandoned at its deadline stays blocked")
 async def test_chaos_with_first_ready_batches_loses_nothing(
         anyio_backend: Any, ledger: FaultLedger, backend: str,
         probabilities: dict[str, float]) -> None:

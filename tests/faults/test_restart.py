@@ -56,6 +56,8 @@ async def test_raising_env_comes_back_in_the_same_batch(
 @pytest.mark.parametrize(("backend", "kind"), [("thread", "hang"), ("process", "hang"),
                                                ("async", "hang"), ("process", "exit"),
                                                ("process", "kill")])
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the deadline and restarted")
 async def test_hung_or_dead_env_is_restarted(backend: str, kind: str, ledger: FaultLedger,
                                              no_leaks: None) -> None:
     faults = {0: [Fault(kind, "step", at=1, instance=0)]}

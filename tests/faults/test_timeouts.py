@@ -28,6 +28,8 @@ CLOCK_SLACK = 0.002
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the deadline")
 async def test_hung_step_times_out_and_reset_recovers(
     backend: str, ledger: FaultLedger, no_leaks: None
 ) -> None:
@@ -62,6 +64,8 @@ async def test_hung_step_times_out_and_reset_recovers(
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
 async def test_caller_deadline_is_honoured(backend: str, ledger: FaultLedger,
                                            no_leaks: None) -> None:
     faults = {1: [Fault("hang", "step", instance=0)]}
@@ -106,6 +110,8 @@ START_DEADLINES = {"thread": DEADLINE, "async": DEADLINE, "process": 10.0, "ray"
     for loop in EVENT_LOOPS for backend in DEADLINE_BACKENDS
     if backend not in WORKER_BACKENDS or loop == "asyncio"
 ])
+@pytest.mark.hangs_on_purpose(
+    "a factory hangs for good: its thread is abandoned at the start deadline")
 async def test_hung_factory_fails_the_start_in_time(anyio_backend: Any, backend: str,
                                                     no_leaks: None) -> None:
     faults = {0: [Fault("hang", "init")]}
@@ -133,6 +139,8 @@ async def test_killed_worker_is_really_gone(ledger: FaultLedger, no_leaks: None)
 
 
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env's close hangs for good: its thread is abandoned at the deadline")
 async def test_timed_out_call_leaves_its_sub_env_unusable(backend: str, ledger: FaultLedger,
                                                           no_leaks: None) -> None:
     # The ledger counts instances across processes: only the first sub-env 0 hangs.
@@ -151,6 +159,8 @@ async def test_timed_out_call_leaves_its_sub_env_unusable(backend: str, ledger: 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is new in 3.11")
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
+@pytest.mark.hangs_on_purpose(
+    "a sub-env hangs for good: its thread is abandoned when asyncio.timeout fires")
 async def test_asyncio_timeout_is_honoured(backend: str, ledger: FaultLedger,
                                             no_leaks: None) -> None:
     faults = {0: [Fault("hang", "step", instance=0)]}

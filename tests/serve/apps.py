@@ -94,6 +94,16 @@ def hanging_env(seconds: float = 30.0) -> FaultyEnv:
     return FaultyEnv(0, faults=[Fault("hang", "step", at=0)], hang_seconds=seconds)
 
 
+class ActionHangingEnv(FaultyEnv):
+    """``FaultyEnv`` whose step with action 666 hangs for 30 s (one sub-env of a batch can be
+    made to hang, by its action)."""
+
+    def step(self, action: Any) -> Any:
+        if float(action) == 666.0:
+            threading.Event().wait(30.0)
+        return super().step(action)
+
+
 class SequenceObservations(gym.Env[Any, Any]):
     """Observations in a ``Sequence`` space, which has no schema on the wire."""
 
@@ -122,6 +132,9 @@ ENVS: dict[str, ServedEnv] = {
     "Waiting1s-v0": ServedEnv(functools.partial(WaitingCartPole, 1.0), max_envs=2,
                               timeout=60.0),
     "HungProcess-v0": ServedEnv(hanging_env, backend="process", max_envs=2, timeout=30.0),
+    # Both sub-envs in one worker: a hung one's worker is killed under its neighbour.
+    "SharedWorkerHang-v0": ServedEnv(ActionHangingEnv, backend="process", max_envs=2,
+                                     timeout=30.0, vector_options={"num_workers": 1}),
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),

@@ -601,3 +601,38 @@ def test_the_writers_remembered_tables_give_each_layout_its_own_offsets() -> Non
     assert encode_frame(messages[1]) == first  # the same text, remembered or not
     _convert._tables.clear()
     assert encode_frame(messages[1]) == first
+
+
+def test_a_stream_of_frames_takes_the_remembered_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's frames repeat a few layouts (its step answers, its step requests): the
+    writer builds each layout's arrays table once (the text it remembers is the one every
+    later frame of that layout carries), and the reader checks each table once (it counts
+    the full path's table checks: later frames parse only their tree), every frame decoding
+    to what was written."""
+    _convert._tables.clear()
+    _codec._layouts.clear()
+    checked: list[int] = []
+    read_arrays = _codec._read_arrays
+
+    def counting_read_arrays(table: object, frame: Any, data_start: int) -> Any:
+        checked.append(data_start)
+        return read_arrays(table, frame, data_start)
+
+    monkeypatch.setattr(_codec, "_read_arrays", counting_read_arrays)
+    rng = np.random.default_rng(34)
+    messages: list[Any] = []
+    for step in range(20):
+        messages.append({"op": "step", "id": step, "actions": rng.integers(0, 2, 8)})
+        messages.append({"id": step, "observations": rng.random((8, 4), dtype=np.float32),
+                         "rewards": rng.random(8), "terminations": rng.random(8) < 0.1,
+                         "truncations": np.zeros(8, bool), "infos": {"score": rng.random(8)}})
+    frames = [encode_frame(messages[0]), encode_frame(messages[1])]
+    tables = {layout: text for layout, (text, _) in _convert._tables.items()}
+    assert len(tables) == 2
+    frames += [encode_frame(message) for message in messages[2:]]
+    assert {layout: text for layout, (text, _) in _convert._tables.items()} == tables
+    assert all(_convert._tables[layout][0] is text for layout, text in tables.items())
+    for frame, message in zip(frames, messages):
+        assert_identical(decode_frame(frame), message)
+    assert len(checked) == 2  # the first frame of each layout
+    assert len(_codec._layouts) == 2
