@@ -4,15 +4,11 @@ reader can hold (``docs/architecture.md`` describes the layers)."""
 from __future__ import annotations
 
 import ast
-import inspect
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-import aiovec
 
 PACKAGE = Path(__file__).resolve().parent.parent / "aiovec"
 #: Lines above which a module is too long to hold in one sitting.
@@ -107,37 +103,3 @@ def test_benchmarks_share_one_harness() -> None:
     written_again = {path.name: [text for text in HARNESS_ONLY if text in path.read_text()]
                      for path in sorted(BENCHMARKS.glob("*.py")) if path.name != "harness.py"}
     assert not {name: found for name, found in written_again.items() if found}
-
-
-def _keywords(constructor: Any) -> dict[str, Any]:
-    """Every named parameter but the env factories, with its default."""
-    return {name: parameter.default
-            for name, parameter in inspect.signature(constructor).parameters.items()
-            if name not in ("self", "env_fns") and parameter.kind is not parameter.VAR_KEYWORD}
-
-
-#: Core keywords a constructor leaves out on purpose, and why.
-LEFT_OUT = {
-    # PettingZoo agents' observations are packed per agent; first-ready batches there are
-    # sized per call (recv(batch_size=...)); action values are not checked per agent yet.
-    "AsyncParallelVectorEnv": {"observation_mode", "batch_size", "validate_actions"},
-    "ParallelVectorEnv": {"observation_mode", "batch_size", "validate_actions"},
-}
-
-
-def test_every_vector_constructor_takes_the_core_keywords_with_the_same_defaults() -> None:
-    """The vector keywords are defined once, by ``AsyncVectorEnv``: the sync shim and the
-    multi-agent vector envs take the same names with the same defaults (``make_vec`` passes
-    exactly these, plus Gymnasium's spellings, on to the vector env)."""
-    from aiovec._make import _VECTOR_OPTIONS, VECTOR_KEYWORDS
-
-    core = _keywords(aiovec.AsyncVectorEnv)
-    assert set(core) == VECTOR_KEYWORDS
-    for constructor in (aiovec.VectorEnv, aiovec.AsyncParallelVectorEnv,
-                        aiovec.ParallelVectorEnv):
-        taken = _keywords(constructor)
-        expected = VECTOR_KEYWORDS - LEFT_OUT.get(constructor.__name__, set())
-        assert expected <= set(taken), (constructor.__name__, sorted(expected - set(taken)))
-        differ = {name for name in expected if taken[name] != core[name]}
-        assert not differ, (constructor.__name__, sorted(differ))
-    assert _VECTOR_OPTIONS >= VECTOR_KEYWORDS

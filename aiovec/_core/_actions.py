@@ -223,3 +223,38 @@ class ActionChecker:
             return self._check(actions, "actions", copy)
         except _Outside as outside:
             raise ValueError(outside.describe(env_ids)) from None
+
+
+class ActionCheckers:
+    """The ``ActionChecker`` and batched action space of each batch size, made on first use
+    and kept: a first-ready ``send`` may name any number of sub-envs. The local vector env,
+    the remote client and the server each keep one."""
+
+    __slots__ = ("_by_size", "_spaces", "full", "single_action_space", "values")
+
+    def __init__(self, single_action_space: spaces.Space[Any], num_envs: int,
+                 values: bool = False) -> None:
+        self.single_action_space = single_action_space
+        self.values = values
+        #: The checker of a whole batch (``step``), made at once.
+        self.full = ActionChecker(single_action_space, num_envs, values)
+        self._by_size = {num_envs: self.full}
+        self._spaces: dict[int, spaces.Space[Any]] = {}
+
+    def of_size(self, count: int) -> ActionChecker:
+        """The checker of a batch for ``count`` sub-envs."""
+        checker = self._by_size.get(count)
+        if checker is None:
+            checker = self._by_size[count] = ActionChecker(self.single_action_space, count,
+                                                           self.values)
+        return checker
+
+    def space(self, count: int) -> spaces.Space[Any]:
+        """The action space of a batch for ``count`` sub-envs."""
+        space = self._spaces.get(count)
+        if space is None:
+            space = self._spaces[count] = batch_space(self.single_action_space, count)
+        return space
+
+
+__all__ += ["ActionCheckers"]  # (kept apart from the list above while that part is rewritten)

@@ -3,6 +3,7 @@ the argument (seeds and options are checked in ``_seeding``, actions in ``_actio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,11 +37,29 @@ def check_count(value: int | None, what: str, maximum: int | None = None) -> int
     return int(value)
 
 
-def check_timeout(timeout: float | None, what: str) -> float | None:
-    """A positive number of seconds or ``None``; else ``ValueError`` naming ``what``."""
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"{what} must be a positive number of seconds or None, got {timeout!r}")
-    return timeout
+def check_timeout(timeout: object, what: str) -> float | None:
+    """``timeout`` as seconds: ``None`` (no deadline) or a real number above zero, ``inf``
+    included (no deadline either); else ``ValueError`` naming ``what``.
+
+    The one rule for every deadline a caller passes, checked the same by the local vector env,
+    the remote client and the server: a bool is not a number of seconds (``True`` is no
+    1-second deadline), NaN and zero are refused (use ``None`` for no deadline). An ``int``, a
+    ``float`` or a NumPy integer or float works; a float comes back as it is (a
+    ``CallerDeadline`` stays one), the others as the float they stand for.
+    """
+    if timeout is None:
+        return None
+    if (isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float, np.integer, np.floating))
+            or not timeout > 0):  # (NaN is not above zero)
+        raise ValueError(f"{what} must be a positive number of seconds or None, got "
+                         f"{timeout!r}")
+    if isinstance(timeout, float):
+        return timeout
+    try:
+        return float(timeout)
+    except OverflowError:  # an int beyond any float: longer than any deadline
+        return math.inf
 
 
 def check_env_ids(env_ids: Any, num_envs: int) -> list[int]:

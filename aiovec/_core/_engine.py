@@ -29,12 +29,11 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import anyio
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aiovec._core._actions import ActionChecker
-from aiovec._core._arguments import check_env_ids, check_timeout
+from aiovec._core._actions import ActionChecker, ActionCheckers
+from aiovec._core._arguments import check_timeout
 from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
@@ -43,13 +42,13 @@ from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import check_out, copy_into, copy_observations
 from aiovec._core._recovery import Recovery
+from aiovec._core._refusals import check_can_send, check_not_busy, check_nothing_owed
 from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import BatchResults, Restarts
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import Counters, StepCounts
 from aiovec._exceptions import (
-    BusyError,
     ClosedError,
     EnvTimeoutError,
     ResetNeededError,
@@ -87,8 +86,7 @@ class Engine:
     _results: BatchResults
     validate_actions: bool
     _actions: ActionChecker
-    _checkers: dict[int, ActionChecker]
-    _single_action_space: gym.Space[Any]
+    _checkers: ActionCheckers
     _all_envs: range
     _first_ready: FirstReady | None
     _restart_notes: dict[int, str]
@@ -106,21 +104,12 @@ class Engine:
         """Refuse a second concurrent call; the claim lasts until its ``_finish_*``."""
         self._check_not_closed(operation)
         if self._in_flight is not None:
-            raise BusyError(
-                f"cannot {operation}: another task is still running "
-                f"{self._in_flight.operation} on this vector env (one call at a time)"
-            )
+            check_not_busy(operation, self._in_flight.operation)
         if operation in ("step", "reset") and self._first_ready:
             first = self._first_ready
-            first.collect()
-            if first.in_flight:
-                raise BusyError(
-                    f"cannot {operation}: sub-env(s) {sorted(first.in_flight)} are stepping "
-                    "after send(); recv() their results first")
-            if operation == "step" and first.ready:
-                raise BusyError(
-                    f"cannot step: the results of sub-env(s) {sorted(first.ready)} are waiting "
-                    "for recv(); receive them (or reset those sub-envs) first")
+            first.collect()  # a reset drops results waiting for recv: only stepping ones count
+            check_nothing_owed(operation, [*first.in_flight, *first.ready]
+                               if operation == "step" else first.in_flight)
 
     def _submit(
         self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any],
@@ -279,27 +268,23 @@ class Engine:
         """``send``: check that sub-envs ``env_ids`` can take a step now, check their actions,
         and submit them to the backend, each with its own deadline."""
         self._check_not_closed("send")
+        seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         first = self._first_ready
-        if self._state is not State.RUNNING or first is None or not self._health.has_reset:
-            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
-        if self._in_flight is not None:
-            raise BusyError(f"cannot send: another task is still running "
-                            f"{self._in_flight.operation} on this vector env")
-        ids = check_env_ids(env_ids, self.num_envs)
-        owed = first.owed(ids)
-        if owed:
-            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
-                            "result is waiting for recv()")
+        ids = check_can_send(
+            env_ids, self.num_envs,
+            running=None if self._in_flight is None else self._in_flight.operation,
+            has_reset=(self._state is State.RUNNING and first is not None
+                       and self._health.has_reset),
+            owed=lambda ids: [] if first is None else first.owed(ids))
+        assert first is not None
         needy = self._health.needing_reset(ids)
         if needy:
             raise ResetNeededError(
                 f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
                 "failed, or done with autoreset disabled)")
-        batch = self._actions_for(len(ids)).check(actions, ids,
-                                                  copy=self._backend.keeps_actions)
-        payloads = (batch if self._backend.takes_action_batches
-                    else self._actions_for(len(ids)).split(batch))
-        seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
+        checker = self._checkers.of_size(len(ids))
+        batch = checker.check(actions, ids, copy=self._backend.keeps_actions)
+        payloads = batch if self._backend.takes_action_batches else checker.split(batch)
         pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
         deadline = None if seconds is None else anyio.current_time() + seconds
         first.sent(pending, deadline, seconds)
@@ -547,19 +532,9 @@ class Engine:
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
         self._results = BatchResults(spaces, buffers, n)
-        self._single_action_space = spaces.single_action_space
-        self._actions = ActionChecker(spaces.single_action_space, n, self.validate_actions)
-        self._checkers: dict[int, ActionChecker] = {}  # for first-ready batches of other sizes
+        self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
+        self._actions = self._checkers.full
         self._all_envs = range(n)
-
-    def _actions_for(self, count: int) -> ActionChecker:
-        if count == self.num_envs:
-            return self._actions
-        checker = self._checkers.get(count)
-        if checker is None:
-            checker = self._checkers[count] = ActionChecker(self._single_action_space, count,
-                                                            self.validate_actions)
-        return checker
 
     def _indices_in_range(self, env_ids: Sequence[int]) -> Sequence[int]:
         for index in env_ids:

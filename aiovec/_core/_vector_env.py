@@ -8,7 +8,7 @@ import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import gymnasium as gym
@@ -30,13 +30,14 @@ from aiovec._core._in_flight import (
 )
 from aiovec._core._loop_wakeup import threadsafe_caller
 from aiovec._core._observations import check_out
+from aiovec._core._options import AsyncVectorOptions, takes_options, with_defaults
 from aiovec._core._recovery import Recovery
+from aiovec._core._refusals import check_can_recv
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
-from aiovec._core._selection import COROUTINE_ENVS_FOUND, ActorOptions, BackendSelection
+from aiovec._core._selection import COROUTINE_ENVS_FOUND, BackendSelection
 from aiovec._core._spaces import (
-    ObservationMode,
     VectorSpaces,
     check_observation_mode,
     resolve_spaces,
@@ -44,10 +45,12 @@ from aiovec._core._spaces import (
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import (
     BusyError,
-    NothingSentError,
     NotStartedError,
     SubEnvErrorGroup,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 
@@ -107,44 +110,32 @@ class AsyncVectorEnv(Engine):
     Use it as ``async with AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
     """
 
-    def __init__(
-        self,
-        env_fns: Sequence[EnvFactory],
-        *,
-        backend: str = "auto",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        timeout: float | None = None,
-        observation_mode: ObservationMode = "same",
-        close_timeout: float = 10.0,
-        restart: RestartPolicy | bool | int | None = None,
-        batch_size: int | None = None,
-        max_concurrency: int | None = None,
-        num_workers: int | None = None,
-        start_method: str | None = None,
-        parent_worker: bool | None = None,
-        address: str | None = None,
-        actor_options: ActorOptions | None = None,
-        validate_actions: bool = False,
-    ) -> None:
+    @takes_options(AsyncVectorOptions)
+    def __init__(self, env_fns: Sequence[EnvFactory],
+                 **options: Unpack[AsyncVectorOptions]) -> None:
+        given = with_defaults(options)
         check_env_fns(env_fns)
+        observation_mode = given["observation_mode"]
         check_observation_mode(observation_mode)
         self.num_envs: int = len(env_fns)
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.copy = copy
-        self.timeout = check_timeout(timeout, "timeout")
-        self.close_timeout = check_timeout(close_timeout, "close_timeout") or math.inf
+        self.autoreset_mode = AutoresetMode(given["autoreset_mode"])
+        self.copy = given["copy"]
+        self.timeout = check_timeout(given["timeout"], "timeout")
+        self.close_timeout = check_timeout(given["close_timeout"], "close_timeout") or math.inf
         self.observation_mode = observation_mode
         #: Every action is checked against the action space before it is sent.
-        self.validate_actions = bool(validate_actions)
+        self.validate_actions = bool(given["validate_actions"])
         #: How many results ``recv`` returns by default (first-ready batches).
-        self.batch_size: int = (check_count(batch_size, "batch_size", self.num_envs)
+        self.batch_size: int = (check_count(given["batch_size"], "batch_size", self.num_envs)
                                 or self.num_envs)
-        options = {"num_workers": num_workers, "start_method": start_method,
-                   "parent_worker": None if parent_worker is None else bool(parent_worker),
-                   "max_concurrency": check_count(max_concurrency, "max_concurrency"),
-                   "address": address, "actor_options": actor_options}
-        self._selection = BackendSelection(backend, env_fns, options, self.autoreset_mode)
+        parent_worker = given["parent_worker"]
+        backend_options = {
+            "num_workers": given["num_workers"], "start_method": given["start_method"],
+            "parent_worker": None if parent_worker is None else bool(parent_worker),
+            "max_concurrency": check_count(given["max_concurrency"], "max_concurrency"),
+            "address": given["address"], "actor_options": given["actor_options"]}
+        self._selection = BackendSelection(given["backend"], env_fns, backend_options,
+                                           self.autoreset_mode)
         self.spec: gym.envs.registration.EnvSpec | None = None
         self._state = State.CREATED
         self._in_flight: InFlight | None = None
@@ -154,7 +145,7 @@ class AsyncVectorEnv(Engine):
         self._counters = Counters()
         self._step_counts = StepCounts(self.num_envs)
         self._health = Health(self.num_envs)
-        self._recovery = Recovery(self._selection.make(), RestartPolicy.coerce(restart),
+        self._recovery = Recovery(self._selection.make(), RestartPolicy.coerce(given["restart"]),
                                   self.num_envs, self._counters, self._health)
         self._final_latency: tuple[LatencySummary, ...] | None = None
         self._first_ready: FirstReady | None = None
@@ -171,6 +162,7 @@ class AsyncVectorEnv(Engine):
         up front. If a factory raises or hangs past ``timeout`` seconds, everything made so far
         is closed again and the error is raised; the vector env is then closed.
         """
+        timeout = check_timeout(timeout, "timeout")
         if self._state is State.RUNNING:
             return
         self._check_not_closed("start")
@@ -417,6 +409,8 @@ class AsyncVectorEnv(Engine):
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
         ``out``: as for ``step`` (the whole batch is written, reset or not).
         """
+        if timeout is not USE_DEFAULT:  # checked before anything is sent
+            timeout = check_timeout(timeout, "timeout")
         in_flight = await self._submit_reset(seed, options, out)
         return await self._finish_reset(in_flight, timeout)
 
@@ -431,6 +425,8 @@ class AsyncVectorEnv(Engine):
         with one copy and returned as ``obs`` (``copy`` then does not apply); a wrong one is
         refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
+        if timeout is not USE_DEFAULT:  # checked before anything is sent
+            timeout = check_timeout(timeout, "timeout")
         in_flight = await self._submit_step(actions, out)
         return await self._finish_step(in_flight, timeout)
 
@@ -487,11 +483,9 @@ class AsyncVectorEnv(Engine):
         first = self._first_ready
         size = self.batch_size if batch_size is None else check_count(
             batch_size, "batch_size", self.num_envs)
-        if first is None or not first:
-            raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
-                                   "first), or every result was received already")
-        if first.receiving:
-            raise BusyError("cannot recv: another task is already receiving")
+        check_can_recv(running="recv" if first is not None and first.receiving else None,
+                       anything_owed=bool(first))
+        assert first is not None
         assert size is not None
         first.receiving = True
         try:

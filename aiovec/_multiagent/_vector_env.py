@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -20,12 +20,14 @@ from gymnasium.vector.utils import batch_space
 from aiovec._core._arguments import check_env_ids
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout
-from aiovec._core._restart import RestartPolicy
-from aiovec._core._selection import ActorOptions
+from aiovec._core._options import DEFAULTS, ParallelOptions, takes_options
 from aiovec._core._statistics import Statistics
 from aiovec._core._vector_env import AsyncVectorEnv, StepResult
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
 from aiovec._multiagent._packing import AgentID, PackedParallelEnv, ParallelEnvFactory
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncParallelVectorEnv", "MultiAgentStepResult", "ParallelStepBatch"]
 
@@ -70,27 +72,15 @@ class AsyncParallelVectorEnv:
     ``aiovec.AsyncVectorEnv``'s; a restarted sub-env's agents read as truncated.
     """
 
-    def __init__(
-        self,
-        env_fns: Sequence[ParallelEnvFactory],
-        *,
-        backend: str = "auto",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        timeout: float | None = None,
-        close_timeout: float = 10.0,
-        restart: RestartPolicy | bool | int | None = None,
-        max_concurrency: int | None = None,
-        num_workers: int | None = None,
-        start_method: str | None = None,
-        parent_worker: bool | None = None,
-        address: str | None = None,
-        actor_options: ActorOptions | None = None,
-    ) -> None:
+    @takes_options(ParallelOptions)
+    def __init__(self, env_fns: Sequence[ParallelEnvFactory],
+                 **options: Unpack[ParallelOptions]) -> None:
+        backend = options.get("backend", DEFAULTS["backend"])
         if backend not in _BACKENDS:
             raise ValueError(f"backend {backend!r} cannot host ParallelEnv sub-envs; "
                              f"choose one of {', '.join(_BACKENDS)}")
-        mode = AutoresetMode(autoreset_mode)
+        mode = options["autoreset_mode"] = AutoresetMode(
+            options.get("autoreset_mode", DEFAULTS["autoreset_mode"]))
         if mode not in _MODES:
             raise ValueError(
                 f"autoreset_mode {mode.value!r} is not offered for multi-agent envs: its "
@@ -104,12 +94,7 @@ class AsyncParallelVectorEnv:
                 raise TypeError(f"env_fns[{index}] is {type(env_fn).__name__}, not a callable "
                                 "that makes a ParallelEnv")
         self._env = AsyncVectorEnv(
-            [functools.partial(PackedParallelEnv, env_fn) for env_fn in env_fns],
-            backend=backend, autoreset_mode=mode, copy=copy, timeout=timeout,
-            close_timeout=close_timeout, restart=restart, max_concurrency=max_concurrency,
-            num_workers=num_workers, start_method=start_method, parent_worker=parent_worker,
-            address=address, actor_options=actor_options,
-        )
+            [functools.partial(PackedParallelEnv, env_fn) for env_fn in env_fns], **options)
         self.num_envs: int = self._env.num_envs
         self.autoreset_mode = mode
         self._possible_agents: tuple[AgentID, ...] | None = None

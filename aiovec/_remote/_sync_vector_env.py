@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
+from aiovec._core._arguments import check_timeout
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT
 from aiovec._exceptions import ClosedError
@@ -79,8 +80,9 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """The answer of ``reset_async``; ``timeout``: seconds to wait at most (``None``: the
         construction ``timeout``), then ``EnvTimeoutError``."""
+        seconds = check_timeout(timeout, "timeout")  # refused: the call is still pending
         call, started = self._end_call("reset")
-        reply = self._driver.run(self._remote._finish, call, timeout=timeout, started=started,
+        reply = self._driver.run(self._remote._finish, call, timeout=seconds, started=started,
                                  refusals=False)
         return self._remote._reset_result(call, reply)
 
@@ -92,8 +94,9 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
 
     def step_wait(self, timeout: float | None = None) -> StepResult:
         """The result of ``step_async``; ``timeout`` as for ``reset_wait``."""
+        seconds = check_timeout(timeout, "timeout")  # refused: the call is still pending
         call, started = self._end_call("step")
-        reply = self._driver.run(self._remote._finish, call, timeout=timeout, started=started)
+        reply = self._driver.run(self._remote._finish, call, timeout=seconds, started=started)
         return self._remote._step_result(reply)
 
     # First-ready batches, as ``aiovec.VectorEnv``'s.

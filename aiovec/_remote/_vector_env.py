@@ -25,19 +25,22 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from aiovec._core._actions import ActionChecker
-from aiovec._core._arguments import check_count, check_env_ids
+from aiovec._core._actions import ActionCheckers
+from aiovec._core._arguments import check_count, check_timeout
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
+from aiovec._core._refusals import (
+    check_can_recv,
+    check_can_send,
+    check_not_busy,
+    check_nothing_owed,
+)
 from aiovec._core._seeding import per_env_seeds
 from aiovec._exceptions import (
-    BusyError,
     ClosedError,
     EnvTimeoutError,
-    NothingSentError,
     NotStartedError,
     RemoteError,
-    ResetNeededError,
     ServerGoneError,
 )
 from aiovec._remote._replies import arrays_of, infos_of, refusal, rejection, rows_of
@@ -83,11 +86,9 @@ class AsyncRemoteVectorEnv:
             raise ValueError(f"encoding must be 'binary' or 'json', got {encoding!r}")
         if type(num_envs) is not int or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be positive or None, got {timeout!r}")
         self.url = url.rstrip("/")
         self.env_id, self.num_envs = env_id, num_envs
-        self.timeout, self.encoding = timeout, encoding
+        self.timeout, self.encoding = check_timeout(timeout, "timeout"), encoding
         self._headers = dict(headers or {})
         if token is not None:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -108,7 +109,6 @@ class AsyncRemoteVectorEnv:
         self._abandoned_recvs: set[int] = set()
         self._stashed: list[StepBatch] = []
         self._deferred: Exception | None = None  # a refusal to raise at the next call
-        self._checkers: dict[int, ActionChecker] = {}
         #: The server's id of the session (``None`` before ``start``): it names the session
         #: in the HTTP API (``GET /sessions/{id}``); only this client's token may use it.
         self.session_id: str | None = None
@@ -128,7 +128,8 @@ class AsyncRemoteVectorEnv:
             raise ValueError(f"url must start with http://, https://, ws:// or wss://, got "
                              f"{self.url!r}")
         address = f"{'wss' if scheme in ('https', 'wss') else 'ws'}://{rest}/ws"
-        with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+        seconds = check_timeout(timeout, "timeout")
+        with anyio.fail_after(seconds) if seconds is not None else nullcontext():
             try:
                 socket = await WebSocket.connect(address, headers=list(self._headers.items()))
             except WebSocketRejected as rejected:
@@ -157,7 +158,7 @@ class AsyncRemoteVectorEnv:
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode(body["autoreset_mode"])}
-        self._actions = ActionChecker(self.single_action_space, self.num_envs, values=True)
+        self._checkers = ActionCheckers(self.single_action_space, self.num_envs, values=True)
 
     async def aclose(self) -> None:
         """Close the session (the server releases its sub-envs). Idempotent."""
@@ -217,17 +218,11 @@ class AsyncRemoteVectorEnv:
         """
         self._raise_deferred()
         self._check_open("send")
-        if self._running not in (None, "recv"):
-            raise BusyError(f"cannot send: another task is running {self._running} on this env")
-        if not self._has_reset:
-            raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
-        ids = check_env_ids(env_ids, self.num_envs)
-        owed = sorted(self._owed.intersection(ids))
-        if owed:
-            raise BusyError(f"cannot send to sub-env(s) {owed}: each is still stepping or its "
-                            "result is waiting for recv()")
-        checked = self._checker(len(ids)).check(actions, ids, copy=True)  # it waits in a queue
         deadline = self._deadline(timeout)
+        ids = check_can_send(env_ids, self.num_envs,
+                             running=None if self._running == "recv" else self._running,
+                             has_reset=self._has_reset, owed=self._owed.intersection)
+        checked = self._checkers.of_size(len(ids)).check(actions, ids, copy=True)  # queued
         message: dict[str, Any] = {"op": "send", "id": next(self._ids), "actions": checked,
                                    "env_ids": ids}
         if deadline is not None:
@@ -249,9 +244,7 @@ class AsyncRemoteVectorEnv:
             batch = self._stashed.pop(0)
             self._forget(batch.env_ids.tolist())
             return batch
-        if not self._owed:
-            raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
-                                   "first), or every result was received already")
+        check_can_recv(running=self._running, anything_owed=bool(self._owed))
         call = self._begin("recv", {"batch_size": size}, None, tell_server=False)
         started = await self._start(call)  # queued sends first: then every deadline is known
         dues = [self._due.get(env_index) for env_index in self._owed]
@@ -286,6 +279,7 @@ class AsyncRemoteVectorEnv:
 
     def _begin_reset(self, seed: int | Sequence[int | None] | None,
                      options: dict[str, Any] | None, timeout: Timeout) -> _Call:
+        deadline = self._deadline(timeout)
         seeds = per_env_seeds(seed, self.num_envs)  # the caller's mistake, refused here
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
@@ -298,7 +292,7 @@ class AsyncRemoteVectorEnv:
         fields: dict[str, Any] = {"seed": None if seed is None else seeds}
         if options is not None:
             fields["options"] = options
-        call = self._begin("reset", fields, self._deadline(timeout))  # claims the env: last
+        call = self._begin("reset", fields, deadline)  # claims the env: last
         call.reset_ids = reset_ids
         return call
 
@@ -331,11 +325,10 @@ class AsyncRemoteVectorEnv:
     def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
         self._raise_deferred()
         self._check_open("step")
-        if self._owed:
-            raise BusyError(f"cannot step: sub-env(s) {sorted(self._owed)} were sent actions "
-                            "with send(); recv() their results first")
-        checked = self._actions.check(actions, copy=False)
-        return self._begin("step", {"actions": checked}, self._deadline(timeout))
+        deadline = self._deadline(timeout)
+        check_nothing_owed("step", self._owed)
+        checked = self._checkers.full.check(actions, copy=False)
+        return self._begin("step", {"actions": checked}, deadline)
 
     def _step_result(self, reply: dict[str, Any]
                      ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
@@ -350,8 +343,7 @@ class AsyncRemoteVectorEnv:
         """Claim the env for ``op`` (``BusyError`` if a call runs); ``_finish`` sends it."""
         self._raise_deferred()
         self._check_open(op)
-        if self._running is not None:
-            raise BusyError(f"cannot {op}: another task is running {self._running} on this env")
+        check_not_busy(op, self._running)
         if deadline is not None and tell_server:
             fields["timeout"] = deadline
         self._running = op
@@ -439,24 +431,10 @@ class AsyncRemoteVectorEnv:
             raise deferred
 
     def _deadline(self, timeout: Timeout) -> float | None:
-        """A call's deadline in seconds (``None``: none), checked as the local env checks it."""
-        deadline = self.timeout if timeout is USE_DEFAULT else timeout
-        if deadline is None or (isinstance(deadline, (int, float)) and deadline == math.inf):
-            return None
-        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) \
-                or not deadline > 0 or math.isnan(deadline):
-            raise ValueError(f"timeout must be a positive number of seconds or None, got "
-                             f"{deadline!r}")
-        return float(deadline)
-
-    def _checker(self, count: int) -> ActionChecker:
-        if count == self.num_envs:
-            return self._actions
-        checker = self._checkers.get(count)
-        if checker is None:
-            checker = self._checkers[count] = ActionChecker(self.single_action_space, count,
-                                                            values=True)
-        return checker
+        """A call's deadline in seconds, checked as the local env checks it (``check_timeout``);
+        ``None`` when it has none (``inf`` too: nothing to send the server)."""
+        deadline = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
+        return None if deadline is None or deadline == math.inf else deadline
 
     def _forget(self, env_ids: Iterable[int]) -> None:
         """Sub-envs that owe no result any more (received, or reset)."""

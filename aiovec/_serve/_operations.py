@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from aiovec._core._actions import accepted_kinds
+from aiovec._core._arguments import check_timeout
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, CallerDeadline, Timeout
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
@@ -108,12 +109,11 @@ def _seed(request: Mapping[str, Any], num_envs: int) -> Any:
 
 def _deadline(request: Mapping[str, Any], session: Session) -> Timeout:
     """The call's deadline: the client's ``timeout`` where it is shorter than the served
-    env's (a ``CallerDeadline``), else the served env's own."""
-    seconds = request.get("timeout")
-    if seconds is None:
+    env's (a ``CallerDeadline``), else the served env's own. Checked as every deadline is
+    (``check_timeout``: its ``ValueError`` is refused as ``invalid``)."""
+    seconds = check_timeout(request.get("timeout"), "timeout")
+    if seconds is None or seconds == math.inf:
         return USE_DEFAULT
-    if type(seconds) not in (int, float) or not (math.isfinite(seconds) and seconds > 0):
-        raise ServeError("invalid", "timeout: a positive number of seconds, or null")
     served = session.envs.timeout
     return CallerDeadline(seconds) if served is None or seconds < served else USE_DEFAULT
 
@@ -142,7 +142,7 @@ def prepare(session: Session, op: str, request: Mapping[str, Any]) -> Mapping[st
     if op == "send" and "actions" in request:
         env_ids = _env_ids(request, session.envs.num_envs)
         space = session.envs.action_space if env_ids is None else \
-            session.batched_action_space(len(env_ids))
+            session.action_checkers().space(len(env_ids))
         return {**request, "env_ids": env_ids,
                 "actions": actions_from(request["actions"], space,
                                         session.envs.single_action_space)}
@@ -190,7 +190,7 @@ async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     _required(request, "actions")
     env_ids = _env_ids(request, envs.num_envs)
     batched = envs.action_space if env_ids is None else \
-        session.batched_action_space(len(env_ids))
+        session.action_checkers().space(len(env_ids))
     envs.send(actions_from(request["actions"], batched, envs.single_action_space), env_ids,
               timeout=_deadline(request, session))
     return {}

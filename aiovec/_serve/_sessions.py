@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from gymnasium.vector.utils import batch_space
 
 import aiovec
+from aiovec._core._actions import ActionCheckers
 from aiovec._serve._config import ServedEnv
 from aiovec._serve._errors import ServeError
 from aiovec._wire._schema import space_to_schema
@@ -50,15 +50,11 @@ class Session:
     #: carrying it ends then.
     ended: anyio.Event = field(default_factory=anyio.Event)
     _schema: dict[str, Any] | None = None
-    _batched_action_spaces: dict[int, Any] = field(default_factory=dict)
 
-    def batched_action_space(self, count: int) -> Any:
-        """The action space of a batch for ``count`` sub-envs (first-ready ``send``)."""
-        space = self._batched_action_spaces.get(count)
-        if space is None:
-            space = self._batched_action_spaces[count] = batch_space(
-                self.envs.single_action_space, count)
-        return space
+    def action_checkers(self) -> ActionCheckers:
+        """The running vector env's checkers and action spaces of each batch size (a
+        first-ready ``send`` names any number of sub-envs): the server keeps no other."""
+        return self.envs._checkers
 
     def describe(self) -> dict[str, Any]:
         """The session as JSON, with its spaces as schemas a client rebuilds them from."""

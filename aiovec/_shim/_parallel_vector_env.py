@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
-from aiovec._core._restart import RestartPolicy
-from aiovec._core._selection import ActorOptions
+from aiovec._core._options import ParallelOptions, takes_options
 from aiovec._multiagent._packing import AgentID, ParallelEnvFactory
 from aiovec._multiagent._vector_env import (
     AsyncParallelVectorEnv,
@@ -23,6 +21,9 @@ from aiovec._multiagent._vector_env import (
     ParallelStepBatch,
 )
 from aiovec._shim._sync_face import SyncFace
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ParallelVectorEnv"]
 
@@ -38,29 +39,10 @@ class ParallelVectorEnv(SyncFace[Mapping[AgentID, Any], MultiAgentStepResult,
 
     _env: AsyncParallelVectorEnv
 
-    def __init__(
-        self,
-        env_fns: Sequence[ParallelEnvFactory],
-        *,
-        backend: str = "auto",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        timeout: float | None = None,
-        close_timeout: float = 10.0,
-        restart: RestartPolicy | bool | int | None = None,
-        max_concurrency: int | None = None,
-        num_workers: int | None = None,
-        start_method: str | None = None,
-        parent_worker: bool | None = None,
-        address: str | None = None,
-        actor_options: ActorOptions | None = None,
-    ) -> None:
-        env = AsyncParallelVectorEnv(
-            env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
-            timeout=timeout, close_timeout=close_timeout, restart=restart,
-            max_concurrency=max_concurrency, num_workers=num_workers,
-            start_method=start_method, parent_worker=parent_worker, address=address,
-            actor_options=actor_options)
+    @takes_options(ParallelOptions)
+    def __init__(self, env_fns: Sequence[ParallelEnvFactory],
+                 **options: Unpack[ParallelOptions]) -> None:
+        env = AsyncParallelVectorEnv(env_fns, **options)
         self.num_envs = env.num_envs
         super().__init__(env)
         self.possible_agents = env.possible_agents

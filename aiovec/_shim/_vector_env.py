@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
 from aiovec._core._first_ready import StepBatch
-from aiovec._core._restart import RestartPolicy
-from aiovec._core._selection import ActorOptions
+from aiovec._core._options import VectorOptions, takes_options
 from aiovec._core._spaces import ObservationMode
 from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory, StepResult
 from aiovec._shim._sync_face import SyncFace, per_call
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["VectorEnv"]
 
@@ -34,15 +36,15 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
     Takes Gymnasium's ``AsyncVectorEnv`` arguments (``context`` is the process backend's start
     method, also accepted as SB3's ``start_method``; workers are always daemonic and shared
     memory is used whenever the spaces allow; ``max_concurrency`` caps how many sub-envs
-    execute at once, as in Gymnasium) and ``aiovec.AsyncVectorEnv``'s keywords (``backend``,
-    ``timeout``, ``close_timeout``, ``restart``, ``batch_size``, ``num_workers``,
-    ``parent_worker``, ``address``, ``actor_options``, ``validate_actions``). A ``timeout=None`` in
+    execute at once, as in Gymnasium) and ``aiovec.AsyncVectorEnv``'s keywords
+    (``VectorOptions``: ``backend``, ``timeout``, ``restart``, ...). A ``timeout=None`` in
     a ``*_wait`` call means the construction ``timeout``. ``send``/``recv`` offer first-ready
     batches, as EnvPool's do.
     """
 
     _env: AsyncVectorEnv
 
+    @takes_options(VectorOptions)
     def __init__(
         self,
         env_fns: Sequence[EnvFactory],
@@ -53,39 +55,22 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         worker: None = None,
         observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        *,
-        backend: str = "auto",
-        timeout: float | None = None,
-        close_timeout: float = 10.0,
-        restart: RestartPolicy | bool | int | None = None,
-        batch_size: int | None = None,
-        max_concurrency: int | None = None,
-        num_workers: int | None = None,
-        start_method: str | None = None,
-        parent_worker: bool | None = None,
-        address: str | None = None,
-        actor_options: ActorOptions | None = None,
-        validate_actions: bool = False,
+        **options: Unpack[VectorOptions],
     ) -> None:
         if worker is not None:
             raise ValueError("aiovec runs its own sub-env hosts: "
                              "a custom `worker` is not supported")
+        start_method = options.get("start_method")
         if start_method is not None and context is not None and start_method != context:
             raise ValueError(f"context={context!r} and start_method={start_method!r} are two "
                              "names for the process backend's start method: pass one")
-        context = context if context is not None else start_method
+        context = options["start_method"] = context if context is not None else start_method
         self.shared_memory = shared_memory
         self.context = context
         self.daemon = daemon
         self.env_fns = env_fns
-        env = AsyncVectorEnv(
-            env_fns, backend=backend, autoreset_mode=autoreset_mode, copy=copy,
-            timeout=timeout, observation_mode=observation_mode, close_timeout=close_timeout,
-            restart=restart, batch_size=batch_size, max_concurrency=max_concurrency,
-            num_workers=num_workers, start_method=context, parent_worker=parent_worker,
-            address=address,
-            actor_options=actor_options, validate_actions=validate_actions,
-        )
+        env = AsyncVectorEnv(env_fns, copy=copy, observation_mode=observation_mode,
+                             autoreset_mode=autoreset_mode, **options)
         self.num_envs = env.num_envs
         self.copy = copy
         self.observation_mode = observation_mode

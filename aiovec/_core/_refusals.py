@@ -1,0 +1,61 @@
+"""What a call refuses while another runs or results are owed, and the words for it: one rule
+for ``AsyncVectorEnv`` and the remote client (the server's refusals are its vector env's,
+sent on), so a remote env refuses as a local one does.
+
+Each check is made before anything is sent, after the call's deadline (``check_timeout``),
+in the order below; a refused call changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+from aiovec._core._arguments import check_env_ids
+from aiovec._exceptions import BusyError, NothingSentError, ResetNeededError
+
+__all__ = ["check_can_recv", "check_can_send", "check_not_busy", "check_nothing_owed"]
+
+
+def check_not_busy(operation: str, running: str | None) -> None:
+    """``BusyError`` while another task's call (``running``) holds the vector env."""
+    if running is not None:
+        raise BusyError(f"cannot {operation}: another task is still running {running} on "
+                        "this vector env (one call at a time)")
+
+
+def check_nothing_owed(operation: str, owed: Collection[int]) -> None:
+    """``BusyError`` for a ``step`` (or ``reset``) while sub-envs ``owed`` were sent actions
+    with ``send`` and their results not received yet."""
+    if owed:
+        raise BusyError(f"cannot {operation}: sub-env(s) {sorted(owed)} were sent actions with "
+                        "send() and their results were not received; recv() them first")
+
+
+def check_can_send(env_ids: Any, num_envs: int, *, running: str | None, has_reset: bool,
+                   owed: Callable[[list[int]], Collection[int]]) -> list[int]:
+    """``send``'s preconditions → the sub-envs ``env_ids`` names (``None``: all).
+
+    Refused, in this order: while another call runs (``running``; a ``recv`` does not
+    count), ``BusyError``; before the first reset, ``ResetNeededError``; a bad ``env_ids``,
+    ``ValueError``; a sub-env that is still stepping or whose result waits for ``recv``
+    (``owed(ids)`` lists them), ``BusyError``.
+    """
+    check_not_busy("send", running)
+    if not has_reset:
+        raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
+    ids = check_env_ids(env_ids, num_envs)
+    still_owed = owed(ids)
+    if still_owed:
+        raise BusyError(f"cannot send to sub-env(s) {sorted(still_owed)}: each is still "
+                        "stepping or its result is waiting for recv()")
+    return ids
+
+
+def check_can_recv(*, running: str | None, anything_owed: bool) -> None:
+    """``recv``'s preconditions: ``NothingSentError`` when no sub-env owes a result, then
+    ``BusyError`` while another call (another ``recv`` included) runs."""
+    if not anything_owed:
+        raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
+                               "first), or every result was received already")
+    check_not_busy("recv", running)
