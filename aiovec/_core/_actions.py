@@ -29,6 +29,18 @@ Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
 
 
+class _Uniform(NamedTuple):
+    """The one pair of limits bounding every element, in two forms: NumPy scalars of the
+    limits' dtype (for a batch's minimum and maximum) and Python numbers (for values read
+    with ``tolist``). Never a Python number against a NumPy scalar: NumPy would first cast
+    the number to the scalar's dtype."""
+
+    low: np.generic
+    high: np.generic
+    low_number: Any
+    high_number: Any
+
+
 class _Limits(NamedTuple):
     """A space's bounds for actions of one dtype, in a dtype where both are exact, so that a
     value is inside exactly when ``low <= value <= high`` there, as real numbers: a float
@@ -38,7 +50,7 @@ class _Limits(NamedTuple):
 
     low: np.ndarray[Any, Any]  # the space's shape, element by element
     high: np.ndarray[Any, Any]
-    uniform: tuple[Any, Any] | None  # as Python numbers, when one pair bounds every element
+    uniform: _Uniform | None  # when one pair bounds every element
 
 
 def _space_bounds(space: spaces.Space[Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -64,10 +76,10 @@ def _limits(space: spaces.Space[Any], dtype: np.dtype[Any]) -> _Limits:
         low, high = low.astype(wider), high.astype(wider)
     else:  # bools compare as the integers 0 and 1
         low, high = _whole(low, high, np.dtype(np.uint8) if dtype.kind == "b" else dtype)
-    uniform = None
     if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
-        uniform = low.flat[0].item(), high.flat[0].item()
-    return _Limits(low, high, uniform)
+        lowest, highest = low.flat[0], high.flat[0]
+        return _Limits(low, high, _Uniform(lowest, highest, lowest.item(), highest.item()))
+    return _Limits(low, high, None)
 
 
 def _whole(low: np.ndarray[Any, Any], high: np.ndarray[Any, Any], dtype: np.dtype[Any]
@@ -166,15 +178,15 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
 _FEW_VALUES = 16
 
 
-def _within(array: np.ndarray[Any, Any], uniform: tuple[Any, Any]) -> bool:
+def _within(array: np.ndarray[Any, Any], uniform: _Uniform) -> bool:
     """Every value within the ``uniform`` limits (False when empty: the slow path then finds
-    none outside). Values and limits are compared as Python numbers, which compare exactly
-    (float with int too): the limits' own rule, with no cast on the way."""
-    low, high = uniform
+    none outside), each compared in a form that holds both sides exactly."""
+    low, high, low_number, high_number = uniform
     size = array.size
     if size > _FEW_VALUES:
-        return bool(low <= array.min().item() and array.max().item() <= high)
-    return size > 0 and all(low <= value <= high for value in array.ravel().tolist())
+        return bool(array.min() >= low and array.max() <= high)
+    return size > 0 and all(low_number <= value <= high_number
+                            for value in array.ravel().tolist())
 
 
 def _dict_rules(space: spaces.Dict, num_envs: int, values: bool) -> tuple[Check, Split]:

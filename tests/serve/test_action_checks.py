@@ -10,14 +10,20 @@ import warnings
 from typing import Any
 
 import gymnasium as gym
+import httpx
 import numpy as np
 import pytest
 from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker
+from aiovec._remote._websocket import WebSocket
 from aiovec._serve._errors import ServeError
 from aiovec._serve._operations import actions_from
+from aiovec._wire._schema import space_from_schema
 from tests.action_reference import DTYPES, edge_batches, refusal
+from tests.serve.conftest import Server
+from tests.serve.test_http import create
+from tests.serve.test_websocket import ask, ws_url
 
 SPACES: list[gym.Space[Any]] = [
     gym.spaces.Discrete(3),
@@ -153,3 +159,40 @@ def test_booleans_are_no_discrete_index_here_either(space: gym.Space[Any]) -> No
     assert not _accepted(space, 2, booleans)
     assert not _served(check, booleans, batched, space)
     assert not _served(check, booleans.tolist(), batched, space)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+async def test_a_real_server_decides_probed_actions_as_the_reference(
+        anyio_backend: Any, serve: Any, binary: bool) -> None:
+    """End to end, over a WebSocket to a real server (JSON text or binary frames): probed
+    batches for a float32 Box and a Discrete are stepped or refused (``invalid``) as the
+    reference says; a refused one steps nothing."""
+    server: Server = serve("open")
+    rng = np.random.default_rng(7)
+    for env_id, num_envs in (("Box-v0", 4), ("CartPole-v1", 8)):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            session = await create(client, env_id, num_envs)
+            single = space_from_schema(
+                (await client.get(f"/sessions/{session}")).json()["single_action_space"])
+        probes = list(edge_batches(single, num_envs, rng))
+        chosen = [probes[index] for index in rng.choice(len(probes), 60, replace=False)]
+        verdicts: list[bool] = []
+        async with await WebSocket.connect(ws_url(server, session)) as socket:
+            assert (await ask(socket, {"op": "reset", "id": 0, "seed": 0}, binary))["ok"]
+            for request_id, actions in enumerate(chosen, 1):
+                carried = actions if binary else _as_json(actions)
+                if carried is None:
+                    continue
+                local = actions if binary else _as_a_local_caller_would_have_it(carried, single)
+                expected = _accepted(single, num_envs, local)
+                answer = await ask(socket, {"op": "step", "id": request_id, "actions": carried},
+                                   binary)
+                assert answer["ok"] == expected, (actions, answer)
+                assert expected or answer["error"] == "invalid", answer
+                verdicts.append(expected)
+            async with httpx.AsyncClient(base_url=server.url) as client:
+                described = (await client.get(f"/sessions/{session}")).json()
+            await socket.send_text(json.dumps({"op": "close"}))
+        assert described["steps"] == sum(verdicts)
+        assert set(verdicts) == {True, False}  # both kinds of batch were sent
