@@ -164,11 +164,12 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
                                  f"got {array.dtype}") from None
             limits = accepted[array.dtype] = _limits(space, array.dtype) if values else None
-        if limits is not None and not (limits.uniform is not None
-                                       and _within(array, limits.uniform)):
-            offenders = np.flatnonzero(_outside(array, limits)).tolist()
-            if offenders:
-                raise _Outside(space, where, offenders, array[offenders[0]].tolist())
+        if limits is not None:
+            uniform = limits.uniform
+            if uniform is None or not _within(array, uniform):
+                offenders = np.flatnonzero(_outside(array, limits)).tolist()
+                if offenders:
+                    raise _Outside(space, where, offenders, array[offenders[0]].tolist())
         return np.array(array) if copy else array
 
     return check, list
@@ -181,12 +182,11 @@ _FEW_VALUES = 16
 def _within(array: np.ndarray[Any, Any], uniform: _Uniform) -> bool:
     """Every value within the ``uniform`` limits (False when empty: the slow path then finds
     none outside), each compared in a form that holds both sides exactly."""
-    low, high, low_number, high_number = uniform
     size = array.size
     if size > _FEW_VALUES:
-        return bool(array.min() >= low and array.max() <= high)
-    return size > 0 and all(low_number <= value <= high_number
-                            for value in array.ravel().tolist())
+        return bool(array.min() >= uniform.low and array.max() <= uniform.high)
+    low, high = uniform.low_number, uniform.high_number
+    return size > 0 and all(low <= value <= high for value in array.ravel().tolist())
 
 
 def _dict_rules(space: spaces.Dict, num_envs: int, values: bool) -> tuple[Check, Split]:
