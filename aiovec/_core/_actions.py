@@ -29,18 +29,6 @@ Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
 
 
-class _Uniform(NamedTuple):
-    """The one pair of limits bounding every element, in two forms: NumPy scalars of the
-    limits' dtype (for a batch's minimum and maximum) and Python numbers (for values read
-    with ``tolist``). Never a Python number against a NumPy scalar: NumPy would first cast
-    the number to the scalar's dtype."""
-
-    low: np.generic
-    high: np.generic
-    low_number: Any
-    high_number: Any
-
-
 class _Limits(NamedTuple):
     """A space's bounds for actions of one dtype, in a dtype where both are exact, so that a
     value is inside exactly when ``low <= value <= high`` there, as real numbers: a float
@@ -50,7 +38,14 @@ class _Limits(NamedTuple):
 
     low: np.ndarray[Any, Any]  # the space's shape, element by element
     high: np.ndarray[Any, Any]
-    uniform: _Uniform | None  # when one pair bounds every element
+    # Where one pair bounds every element (else None), that pair in two forms: NumPy scalars
+    # of the limits' dtype (for a batch's minimum and maximum) and Python numbers (for
+    # values read with ``tolist``). Never a Python number against a NumPy scalar: NumPy
+    # would first cast the number to the scalar's dtype.
+    lowest: np.generic | None
+    highest: np.generic | None
+    lowest_number: Any
+    highest_number: Any
 
 
 def _space_bounds(space: spaces.Space[Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -78,8 +73,8 @@ def _limits(space: spaces.Space[Any], dtype: np.dtype[Any]) -> _Limits:
         low, high = _whole(low, high, np.dtype(np.uint8) if dtype.kind == "b" else dtype)
     if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
         lowest, highest = low.flat[0], high.flat[0]
-        return _Limits(low, high, _Uniform(lowest, highest, lowest.item(), highest.item()))
-    return _Limits(low, high, None)
+        return _Limits(low, high, lowest, highest, lowest.item(), highest.item())
+    return _Limits(low, high, None, None, None, None)
 
 
 def _whole(low: np.ndarray[Any, Any], high: np.ndarray[Any, Any], dtype: np.dtype[Any]
@@ -164,12 +159,10 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
                                  f"got {array.dtype}") from None
             limits = accepted[array.dtype] = _limits(space, array.dtype) if values else None
-        if limits is not None:
-            uniform = limits.uniform
-            if uniform is None or not _within(array, uniform):
-                offenders = np.flatnonzero(_outside(array, limits)).tolist()
-                if offenders:
-                    raise _Outside(space, where, offenders, array[offenders[0]].tolist())
+        if limits is not None and (limits.lowest is None or not _within(array, limits)):
+            offenders = np.flatnonzero(_outside(array, limits)).tolist()
+            if offenders:
+                raise _Outside(space, where, offenders, array[offenders[0]].tolist())
         return np.array(array) if copy else array
 
     return check, list
@@ -179,13 +172,13 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
 _FEW_VALUES = 16
 
 
-def _within(array: np.ndarray[Any, Any], uniform: _Uniform) -> bool:
-    """Every value within the ``uniform`` limits (False when empty: the slow path then finds
-    none outside), each compared in a form that holds both sides exactly."""
+def _within(array: np.ndarray[Any, Any], limits: _Limits) -> bool:
+    """Every value within ``limits``, one pair bounding every element (False when empty: the
+    slow path then finds none outside), each compared in a form holding both sides exactly."""
     size = array.size
     if size > _FEW_VALUES:
-        return bool(array.min() >= uniform.low and array.max() <= uniform.high)
-    low, high = uniform.low_number, uniform.high_number
+        return bool(array.min() >= limits.lowest and array.max() <= limits.highest)
+    low, high = limits.lowest_number, limits.highest_number
     return size > 0 and all(low <= value <= high for value in array.ravel().tolist())
 
 
