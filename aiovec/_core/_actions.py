@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -29,7 +30,8 @@ Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
 
 
-class _Limits(NamedTuple):
+@dataclass(frozen=True, slots=True)  # read on every check: slots read faster than a tuple
+class _Limits:
     """A space's bounds for actions of one dtype, in a dtype where both are exact, so that a
     value is inside exactly when ``low <= value <= high`` there, as real numbers: a float
     action is compared with float bounds in the wider of their dtypes; an integer action with
