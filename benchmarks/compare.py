@@ -35,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 #: Columns holding a within-run ratio against Gymnasium's SyncVectorEnv, and whether a larger
 #: value is better (throughput ratio) or worse (time ratio).
 RATIO_COLUMNS = {"vs SyncVectorEnv": True, "% of limit": True, "time vs SyncVectorEnv": False,
-                 "time vs bare gather": False, "CPU time vs bare gather": False}
+                 "time vs bare gather": False, "CPU time vs bare gather": False,
+                 "time vs no validation": False}
 
 Row = tuple[str, str]  # (section, row label)
 

@@ -7,54 +7,115 @@ Box stepped with float64 actions receives float64 rows on every backend. It is a
 (nothing sees later changes to the caller's array), unless the backend consumes the actions
 before the call returns (``Backend.keeps_actions``): then the caller's arrays are passed on
 as they are and written once, where the sub-envs read them.
+
+With ``values`` (``validate_actions=True``) each value must also lie within the space's
+bounds, compared as the real numbers they are whatever the two dtypes (``_Limits``), so the
+verdict is the same at every batch size and no cast can warn or round a value inside.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-__all__ = ["ActionChecker", "accepted_kinds"]
+__all__ = ["ActionChecker", "ActionCheckers", "accepted_kinds"]
 
 Check = Callable[[Any, str, bool], Any]
 Split = Callable[[Any], list[Any]]
 
 
-def _outside(space: spaces.Space[Any], batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """For each row of ``batch`` (one sub-env's action), True if ``space`` does not contain
-    it: one vectorized comparison per space, not ``num_envs`` calls to ``contains``."""
+@dataclass(frozen=True, slots=True)  # read on every check: slots read faster than a tuple
+class _Limits:
+    """A space's bounds for actions of one dtype, in a dtype where both are exact, so that a
+    value is inside exactly when ``low <= value <= high`` there, as real numbers: a float
+    action is compared with float bounds in the wider of their dtypes; an integer action with
+    the integers its bounds hold (``ceil`` of a low, ``floor`` of a high, within its dtype's
+    range). NaN is inside no limits: a comparison with it is False, both ways."""
+
+    low: np.ndarray[Any, Any]  # the space's shape, element by element
+    high: np.ndarray[Any, Any]
+    # Where one pair bounds every element (else None), that pair in two forms: NumPy scalars
+    # of the limits' dtype (for a batch's minimum and maximum) and Python numbers (for
+    # values read with ``tolist``). Never a Python number against a NumPy scalar: NumPy
+    # would first cast the number to the scalar's dtype.
+    lowest: np.generic | None
+    highest: np.generic | None
+    lowest_number: Any
+    highest_number: Any
+
+
+def _space_bounds(space: spaces.Space[Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The lowest and highest value ``space`` allows, element by element: a Box's in its
+    dtype, the others' as Python ints (``start + n - 1`` cannot overflow there)."""
     if isinstance(space, spaces.Box):
-        inside: np.ndarray[Any, Any] = (batch >= space.low) & (batch <= space.high)  # NaN: out
-    elif isinstance(space, spaces.Discrete):
-        inside = np.asarray((batch >= space.start) & (batch < space.start + space.n))
-    elif isinstance(space, spaces.MultiDiscrete):
-        inside = np.asarray((batch >= space.start) & (batch < space.start + space.nvec))
-    else:  # MultiBinary
-        inside = np.asarray((batch == 0) | (batch == 1))
-    return np.asarray(~inside.reshape(len(batch), -1).all(axis=1))
-
-
-def _bounds(space: spaces.Space[Any]) -> tuple[Any, Any] | None:
-    """``(lowest, highest)`` allowed values when one pair bounds every element (Discrete,
-    MultiBinary, a MultiDiscrete or Box with uniform bounds): then two reductions check a
-    whole batch."""
+        return space.low, space.high
     if isinstance(space, spaces.Discrete):
-        return space.start, space.start + space.n - 1
-    if isinstance(space, spaces.MultiBinary):
-        return 0, 1
-    if isinstance(space, spaces.MultiDiscrete) and space.nvec.size:
-        start, count = space.start.flat[0], space.nvec.flat[0]
-        if (space.start == start).all() and (space.nvec == count).all():
-            return start, start + count - 1
-    if isinstance(space, spaces.Box) and space.low.size and space.dtype is not None:
-        low, high = space.low.flat[0], space.high.flat[0]
-        if (space.low == low).all() and (space.high == high).all():
-            return low, high
-    return None
+        start = int(space.start)
+        return np.array(start, object), np.array(start + int(space.n) - 1, object)
+    if isinstance(space, spaces.MultiDiscrete):
+        starts = space.start.astype(object)
+        return starts, starts + space.nvec.astype(object) - 1
+    assert isinstance(space, spaces.MultiBinary)
+    return np.zeros(space.shape, np.int8), np.ones(space.shape, np.int8)
+
+
+def _limits(space: spaces.Space[Any], dtype: np.dtype[Any]) -> _Limits:
+    """``space``'s bounds for actions of ``dtype`` (a dtype the space accepts)."""
+    low, high = _space_bounds(space)
+    if dtype.kind == "f":  # only a float Box takes floats; both exact in the wider float
+        wider = np.promote_types(dtype, low.dtype)
+        low, high = low.astype(wider), high.astype(wider)
+    else:  # bools compare as the integers 0 and 1
+        low, high = _whole(low, high, np.dtype(np.uint8) if dtype.kind == "b" else dtype)
+    if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
+        lowest, highest = low.flat[0], high.flat[0]
+        return _Limits(low, high, lowest, highest, lowest.item(), highest.item())
+    return _Limits(low, high, None, None, None, None)
+
+
+def _whole(low: np.ndarray[Any, Any], high: np.ndarray[Any, Any], dtype: np.dtype[Any]
+           ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The values of the integer ``dtype`` within ``[low, high]``, as bounds in ``dtype``
+    (``(max, min)``, which nothing is within, where there are none). Worked out in Python
+    numbers, where integers and floats compare exactly, once per distinct bound."""
+    info = np.iinfo(dtype)
+    lowest, none_above = _inward(low, info, dtype, lower=True)
+    highest, none_below = _inward(high, info, dtype, lower=False)
+    empty = none_above | none_below
+    return (np.where(empty, np.asarray(info.max, dtype), lowest),
+            np.where(empty, np.asarray(info.min, dtype), highest))
+
+
+def _inward(bound: np.ndarray[Any, Any], info: np.iinfo[Any], dtype: np.dtype[Any], *,
+            lower: bool) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Each bound (``lower``: a low one) rounded inward and clipped to ``info``'s range, and
+    where it lies past the far end of that range (no value of ``dtype`` is on its inside)."""
+    distinct, where = np.unique(bound, return_inverse=True)
+    limits, past = [], []
+    for value in distinct.tolist():  # Python ints or floats (a bound is never NaN)
+        if value < info.min:
+            limit, beyond = info.min, not lower
+        elif value > info.max:
+            limit, beyond = info.max, lower
+        else:
+            limit, beyond = math.ceil(value) if lower else math.floor(value), False
+        limits.append(limit)
+        past.append(beyond)
+    where = where.reshape(bound.shape)
+    return np.array(limits, dtype)[where], np.array(past, bool)[where]
+
+
+def _outside(batch: np.ndarray[Any, Any], limits: _Limits) -> np.ndarray[Any, Any]:
+    """For each row of ``batch`` (one sub-env's action), True if it is outside ``limits``:
+    one vectorized comparison, not ``num_envs`` calls to ``contains``."""
+    inside = (batch >= limits.low) & (batch <= limits.high)
+    return np.asarray(~inside.reshape(len(batch), -1).all(axis=1))
 
 
 class _Outside(Exception):
@@ -77,8 +138,8 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                  values: bool) -> tuple[Check, Split]:
     shape = (num_envs, *(space.shape or ()))
     dtype = np.dtype(space.dtype)
-    bounds = _bounds(space) if values else None
-    accepted: set[np.dtype[Any]] = set()  # dtypes seen to pass: a set lookup, not can_cast
+    # Dtypes seen to pass (a dict lookup, not can_cast), each with its limits (with values).
+    accepted: dict[np.dtype[Any], _Limits | None] = {}
 
     def check(actions: Any, where: str, copy: bool) -> Any:
         try:
@@ -93,13 +154,15 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
                 f"{where}: expected shape {shape} for {num_envs} sub-envs of {space}, "
                 f"got {array.shape}"
             )
-        if array.dtype not in accepted:
+        try:
+            limits = accepted[array.dtype]
+        except KeyError:
             if array.dtype.kind not in kinds or not np.can_cast(array.dtype, dtype, "same_kind"):
                 raise ValueError(f"{where}: expected dtype {dtype} for {space}, "
-                                 f"got {array.dtype}")
-            accepted.add(array.dtype)
-        if values and not (bounds is not None and _within(array, bounds)):
-            offenders = np.flatnonzero(_outside(space, array)).tolist()
+                                 f"got {array.dtype}") from None
+            limits = accepted[array.dtype] = _limits(space, array.dtype) if values else None
+        if limits is not None and (limits.lowest is None or not _within(array, limits)):
+            offenders = np.flatnonzero(_outside(array, limits)).tolist()
             if offenders:
                 raise _Outside(space, where, offenders, array[offenders[0]].tolist())
         return np.array(array) if copy else array
@@ -111,13 +174,13 @@ def _array_rules(space: spaces.Space[Any], num_envs: int, kinds: str,
 _FEW_VALUES = 16
 
 
-def _within(array: np.ndarray[Any, Any], bounds: tuple[Any, Any]) -> bool:
-    """Every value within ``bounds`` (False when empty: the slow path then finds none
-    outside). NaN is within no bounds: a comparison with it is False, both ways."""
-    low, high = bounds
+def _within(array: np.ndarray[Any, Any], limits: _Limits) -> bool:
+    """Every value within ``limits``, one pair bounding every element (False when empty: the
+    slow path then finds none outside), each compared in a form holding both sides exactly."""
     size = array.size
     if size > _FEW_VALUES:
-        return bool(array.min() >= low and array.max() <= high)
+        return bool(array.min() >= limits.lowest and array.max() <= limits.highest)
+    low, high = limits.lowest_number, limits.highest_number
     return size > 0 and all(low <= value <= high for value in array.ravel().tolist())
 
 
@@ -257,4 +320,3 @@ class ActionCheckers:
         return space
 
 
-__all__ += ["ActionCheckers"]  # (kept apart from the list above while that part is rewritten)

@@ -82,7 +82,8 @@ def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any], *, typel
     if dtype is None or array.dtype == dtype or kinds is None or array.dtype.kind not in kinds:
         return array
     if array.dtype.kind == "f" and dtype.kind == "f":
-        return array.astype(dtype)
+        assert isinstance(space, spaces.Box)  # the one space of floats
+        return _rounded(array, space)
     if dtype.kind in "iu" and (np.can_cast(array.dtype, dtype, "same_kind")
                                or (typeless and array.dtype.kind in "iu")):
         with np.errstate(over="ignore"):
@@ -90,6 +91,19 @@ def _in_dtype_of(array: np.ndarray[Any, Any], space: spaces.Space[Any], *, typel
         if np.array_equal(cast, array):  # no value overflowed the narrower type
             return cast
     return array
+
+
+def _rounded(array: np.ndarray[Any, Any], space: spaces.Box) -> np.ndarray[Any, Any]:
+    """Float actions in the Box's float dtype, unless rounding moved a value onto a bound
+    (a float64 just past 1.0 is float32 1.0): rounding is monotone and every bound is a value
+    of that dtype, so only there can a value change sides, and the check must then see the
+    caller's own values, as a local env does."""
+    with np.errstate(over="ignore"):  # too large for the dtype: infinite, as checked below
+        cast = array.astype(space.dtype)
+    moved = cast != array  # compared exactly, in the wider dtype
+    if moved.any() and (moved & ((cast == space.low) | (cast == space.high))).any():
+        return array
+    return cast
 
 
 def _required(request: Mapping[str, Any], name: str) -> Any:
