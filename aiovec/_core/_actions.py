@@ -318,5 +318,3 @@ class ActionCheckers:
         if space is None:
             space = self._spaces[count] = batch_space(self.single_action_space, count)
         return space
-
-
