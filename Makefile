@@ -1,28 +1,47 @@
 # The two commands of the README's quickstart, the checks CI runs, and a quick tier.
-#   make demo   - set up .venv (first time only) and run examples/quickstart.py
+#   make demo   - set up .venv with aiovec alone (first time only; on PYTHON, any Python aiovec
+#                 supports) and run examples/quickstart.py
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
 #                 API reference (docs/, mkdocs) and test, then RLlib's tests in .venv-rllib,
-#                 then a smoke run of the benchmark (prints its table, asserts nothing)
+#                 then a smoke run of the benchmark (prints its table, asserts nothing), then
+#                 the core tests on the other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall whenever the project's dependencies change.
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# Reinstall whenever the project's dependencies change, or PYTHON is another version.
+DEPENDENCIES := $(shell cksum pyproject.toml | cut -d' ' -f1)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+STAMP := $(VENV)/.installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
+DEMO_STAMP := $(VENV)/.demo-installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 
-.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick bench-real clean
+.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick bench-real \
+	other-pythons clean
+
+# A venv on PYTHON at $(VENV), with pip upgraded: made anew if it holds another Python version.
+VENV_ON_PYTHON := if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; \
+	print("%d.%d" % sys.version_info[:2])')" != "$(PYTHON_VERSION)" ]; then \
+	echo "$(VENV) holds another Python: made anew on $(PYTHON)"; rm -rf $(VENV); fi; \
+	$(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP):
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(VENV_ON_PYTHON)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs aiovec alone (its dependencies install in seconds on any supported Python);
+# a venv set up for `make test` has it already.
+$(DEMO_STAMP):
+	if [ ! -e $(STAMP) ]; then $(VENV_ON_PYTHON) && \
+		$(BIN)/python -m pip install --quiet -e .; fi
+	rm -f $(VENV)/.demo-installed-*
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck package docs unit rllib bench-quick
+test: lint typecheck package docs unit rllib bench-quick other-pythons
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
@@ -113,5 +132,40 @@ bench-real: $(BENCH_STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
+# The other Pythons aiovec supports (requires-python): on each, the tests of the engine, the
+# shim and its event loop, the codec, serving and the remote client, in a venv of its own
+# (.venv-3.X) with only what those tests need (.[test-core]: no Ray, PyTorch or MuJoCo). An
+# interpreter is python3.X on PATH or pyenv's (tools/find_python). One not found is said
+# and skipped; with REQUIRE_OTHER_PYTHONS=1 (.ci/run) it is an error.
+OTHER_PYTHONS ?= 3.10 3.12 3.13
+OTHER_TESTS := tests/core tests/shim tests/wire tests/serve tests/remote tests/test_internals.py
+OTHER_MARKS := not slow and not ray
+
+other-pythons:
+	@missing=""; for version in $(OTHER_PYTHONS); do \
+		if tools/find_python $$version >/dev/null; then \
+			$(MAKE) --no-print-directory other-python-$$version || exit 1; \
+		elif [ "$(REQUIRE_OTHER_PYTHONS)" = 1 ]; then \
+			echo "Python $$version not found, and REQUIRE_OTHER_PYTHONS=1" >&2; exit 1; \
+		else missing="$$missing $$version"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then echo "*** Python$$missing not found: NOT tested on it" \
+		"(install it, e.g. with pyenv, or set OTHER_PYTHONS)"; fi
+
+# Kept: the stamp of a pattern rule is otherwise deleted as an intermediate file.
+.PRECIOUS: .venv-%/.installed-$(DEPENDENCIES)
+.venv-%/.installed-$(DEPENDENCIES):
+	rm -rf .venv-$*
+	$$(tools/find_python $*) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -e '.[test-core]'
+	touch $@
+
+other-python-%: .venv-%/.installed-$(DEPENDENCIES)
+	@echo "--- Python $* ($$(.venv-$*/bin/python -c 'import sys; print(sys.version.split()[0])'))"
+	.venv-$*/bin/python -m pytest -p no:cacheprovider $(XDIST) -m "$(OTHER_MARKS) and not serial" \
+		$(OTHER_TESTS)
+	.venv-$*/bin/python -m pytest -p no:cacheprovider -m "$(OTHER_MARKS) and serial" $(OTHER_TESTS)
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) dist build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(RLLIB_VENV) .venv-3.* dist build .mypy_cache .ruff_cache .pytest_cache

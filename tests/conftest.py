@@ -95,6 +95,9 @@ def pytest_collection_modifyitems(config: pytest.Config,
     exactly one cluster on the machine. Without xdist (tests/rllib's venv) that mark is left
     out: it is xdist's, unknown to ``--strict-markers`` there.
 
+    Every test on ``backend="ray"`` is marked ``ray``: the other Pythons ``make test`` runs
+    (the Makefile's ``OTHER_PYTHONS``) have no Ray and leave them out with ``-m "not ray"``.
+
     So the Ray tests run one after another, and they are slow (an actor takes seconds to
     start): all but the Ray backend's own (``RAY_QUICK``) are marked ``slow``, so that the
     quick tier (``make check``) does not wait on that one worker. So are the uvloop variants
@@ -108,6 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config,
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:
             item.add_marker(pytest.mark.slow)
+        if _item_uses_ray(item):
+            item.add_marker(pytest.mark.ray)  # a test on backend="ray" (`-m "not ray"`)
         if _item_uses_ray(item) or item.nodeid.startswith(OWN_RAY_CLUSTER):
             if not item.nodeid.startswith(RAY_QUICK):
                 item.add_marker(pytest.mark.slow)

@@ -12,12 +12,16 @@ running loop, sniffio's library name) are set aside while the shim's loop runs, 
 before the call returns; the outer loop runs none of its callbacks meanwhile, as with any
 blocking call. Calls from several threads run one at a time. Ctrl-C during a call cancels its
 coroutine, lets it unwind (bounded), then raises ``KeyboardInterrupt``.
+
+Running a loop in the caller's thread, and setting an outer loop aside, take internals of
+asyncio (``aiovec._internals``, where each is looked up, with the public way as fallback:
+``run_forever``, and the call's loop run in a thread of its own beside a running loop).
 """
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]  # no stubs: see _CtrlC
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import signal
@@ -30,16 +34,19 @@ from typing import Any, TypeVar
 
 import sniffio
 
+from aiovec._internals import INTERNALS
+
 __all__ = ["LoopDriver"]
 
 T = TypeVar("T")
 
 _UNWIND_TIMEOUT = 10.0  # seconds a cancelled coroutine gets to finish its cleanup
+_SIGNAL_CHECK_INTERVAL = 0.1  # seconds between two looks for Ctrl-C while a call runs beside
 
 
 def _event_loop_running_here() -> bool:
     """True when this thread runs an event loop (asyncio, uvloop or trio) at the moment."""
-    return (asyncio._get_running_loop() is not None
+    return (_running_loop() is not None
             or sniffio.thread_local.name is not None  # trio says so here
             or sniffio.current_async_library_cvar.get() is not None)
 
@@ -52,32 +59,50 @@ class _CtrlC:
     The kernel may hand SIGINT to any thread (a sub-env's, say), and Python runs the handler
     in the main thread only once that thread runs bytecode: the main thread, asleep in the
     loop's selector, must be woken. ``set_wakeup_fd`` makes the signal itself write to a
-    socket the loop watches (``wakeup_fd``).
+    socket the loop watches (``wakeup_fd``). A call run ``beside`` the main thread (``_beside``)
+    has each press handed to its loop's thread instead.
 
-    It goes through ``_signal``, the C module under ``signal``: ``signal``'s wrappers convert
-    handlers to enums, ~5 µs a call, and this runs twice per vector step.
+    Its handler is set and read through ``_internals`` (``signal``'s own wrappers convert
+    handlers to enums, ~5 µs a call, and this runs twice per vector step).
     """
 
-    __slots__ = ("count", "installed", "loop", "previous_wakeup_fd", "task")
+    __slots__ = ("count", "finished", "installed", "loop", "previous_wakeup_fd", "task",
+                 "wakes")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, wakeup_fd: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, wakeup_fd: int, *,
+                 beside: bool = False) -> None:
         self.loop = loop
         self.task: asyncio.Task[Any] | None = None
         self.count = 0
+        self.finished = False  # the call is over: a press handed over late is not for it
         self.previous_wakeup_fd = -1
         self.installed = (threading.current_thread() is _MAIN_THREAD
-                          and _signal.getsignal(_SIGINT) is _DEFAULT_HANDLER)
+                          and _signal_handler(_SIGINT) is _DEFAULT_HANDLER)
+        self.wakes = self.installed and not beside
+        if self.wakes:
+            self.previous_wakeup_fd = signal.set_wakeup_fd(wakeup_fd,
+                                                           warn_on_full_buffer=False)
         if self.installed:
-            self.previous_wakeup_fd = _signal.set_wakeup_fd(wakeup_fd,
-                                                            warn_on_full_buffer=False)
-            _signal.signal(_SIGINT, self._on_ctrl_c)
+            _set_signal_handler(_SIGINT, self.hand_over if beside else self._on_ctrl_c)
 
     def uninstall(self) -> None:
+        """Python's own handler back (in the thread that installed this one)."""
         if self.installed:
-            _signal.signal(_SIGINT, _DEFAULT_HANDLER)
-            _signal.set_wakeup_fd(self.previous_wakeup_fd)
+            _set_signal_handler(_SIGINT, _DEFAULT_HANDLER)
+            if self.wakes:
+                signal.set_wakeup_fd(self.previous_wakeup_fd)
 
     def _on_ctrl_c(self, signum: int, frame: FrameType | None) -> None:
+        self.press()
+
+    def hand_over(self, *signal_handler_arguments: Any) -> None:
+        """A press, from another thread than the loop's (also SIGINT's handler)."""
+        self.loop.call_soon_threadsafe(self.press)
+
+    def press(self) -> None:
+        """One Ctrl-C, in the loop's thread."""
+        if self.finished:
+            return
         self.count += 1
         task = self.task
         if self.count > 1 or (task is not None and task.done()):
@@ -103,35 +128,79 @@ class _CtrlC:
 _MAIN_THREAD = threading.main_thread()
 _SIGINT = int(signal.SIGINT)
 _DEFAULT_HANDLER = signal.default_int_handler
-
-
+_running_loop = INTERNALS.running_loop
+_set_running_loop = INTERNALS.set_running_loop
 #: Swaps the task asyncio counts as running on a loop (Python 3.12+; 3.14 keeps it per
 #: thread and refuses to run a task while another one runs in the thread).
-_swap_current_task = getattr(asyncio.tasks, "_swap_current_task", None)
+_swap_current_task = INTERNALS.swap_current_task
+_signal_handler = INTERNALS.signal_handler
+_set_signal_handler = INTERNALS.set_signal_handler
 
 
 @contextlib.contextmanager
 def _outer_loop_set_aside() -> Iterator[None]:
     """While the shim's loop runs in a thread whose own loop is blocked in the sync call:
     asyncio must see no running loop nor task, and sniffio no library ("trio" is set per
-    thread). Everything is put back, whatever ends the call."""
-    outer_loop = asyncio._get_running_loop()
+    thread). Everything is put back, whatever ends the call. An asyncio loop is set aside
+    only where ``INTERNALS.borrows_threads``."""
+    outer_loop = _running_loop()
     outer_library = sniffio.thread_local.name
-    swap = _swap_current_task if outer_loop is not None else None
+    set_running_loop = _set_running_loop if outer_loop is not None else None
+    swap = _swap_current_task if set_running_loop is not None else None
     outer_task = None
     swapped = False
     try:
         if swap is not None:
-            outer_task = swap(outer_loop, None)  # while it is still the running loop
+            outer_task = swap(outer_loop, None)  # type: ignore[arg-type]  # while it runs
             swapped = True
-        asyncio._set_running_loop(None)
+        if set_running_loop is not None:
+            set_running_loop(None)
         sniffio.thread_local.name = None
         yield
     finally:
-        asyncio._set_running_loop(outer_loop)
+        if set_running_loop is not None:
+            set_running_loop(outer_loop)
         sniffio.thread_local.name = outer_library
         if swap is not None and swapped:
-            swap(outer_loop, outer_task)
+            swap(outer_loop, outer_task)  # type: ignore[arg-type]
+
+
+def _beside(work: Callable[[], T], ctrl_c: _CtrlC | None) -> T:
+    """``work()`` in a thread of its own while this one, whose asyncio loop runs, waits: the
+    public way to run another loop here, where this Python cannot set that loop aside
+    (``_internals``). Ctrl-C meanwhile goes to ``ctrl_c``'s loop (its handler, or a program's
+    own handler's ``KeyboardInterrupt`` handed over); ``ctrl_c`` is uninstalled after."""
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            outcome.set_result(work())
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    thread = threading.Thread(target=run, name="aiovec-loop-beside")
+    interrupted = False
+    try:
+        thread.start()
+        while True:  # until the work is over, whenever a KeyboardInterrupt strikes
+            try:
+                while not outcome.done():
+                    # In slices: Python runs a signal's handler in the main thread only once
+                    # that thread runs bytecode, and the kernel may hand SIGINT to another.
+                    thread.join(_SIGNAL_CHECK_INTERVAL)
+                break
+            except KeyboardInterrupt:
+                interrupted = True
+                if ctrl_c is not None:
+                    ctrl_c.hand_over()
+    finally:
+        if ctrl_c is not None:
+            ctrl_c.uninstall()
+    thread.join()
+    result = outcome.result()
+    if interrupted:  # handed over as the call ended, or nowhere to hand it: raised here
+        raise KeyboardInterrupt
+    return result
 
 
 class LoopDriver:
@@ -146,9 +215,11 @@ class LoopDriver:
             end.setblocking(False)
         self._loop.add_reader(self._wakeup_reader.fileno(), self._drain_wakeups)
         self._driving = threading.Lock()  # held by whichever thread runs the loop
-        #: One iteration of asyncio's loop, if it has that private step (see
-        #: ``_run_until_task_done``); ``None``: run it with ``run_forever``.
-        self._step_loop: Callable[[], None] | None = getattr(self._loop, "_run_once", None)
+        #: Runs the loop until a call's task is done: asyncio's loop stepped directly, saving
+        #: ``run_forever``'s set-up and tear-down at every call (~8 µs of a CartPole x 32
+        #: shim step's ~185 µs on 2 cores), where ``_internals`` found how; else
+        #: ``run_forever``, which the task stops as it ends (``_stop_when_done``).
+        self._run_until_task_done = INTERNALS.runner_for(self._loop)
         self._task: asyncio.Task[Any] | None = None
         self._closed = False
 
@@ -167,14 +238,19 @@ class LoopDriver:
                 raise RuntimeError("the vector env's event loop is closed")
             if not _event_loop_running_here():
                 return self._drive(async_fn, args, kwargs)
+            if not INTERNALS.borrows_threads and _running_loop() is not None:
+                ctrl_c = _CtrlC(self._loop, self._wakeup_writer.fileno(), beside=True)
+                return _beside(lambda: self._drive(async_fn, args, kwargs, ctrl_c), ctrl_c)
             with _outer_loop_set_aside():
                 return self._drive(async_fn, args, kwargs)
 
     def _drive(self, async_fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> T:
+               kwargs: dict[str, Any], ctrl_c: _CtrlC | None = None) -> T:
         """Run the loop in this thread until the coroutine is done."""
         loop = self._loop
-        ctrl_c = _CtrlC(loop, self._wakeup_writer.fileno())
+        beside = ctrl_c is not None  # installed and uninstalled by the waiting thread
+        if ctrl_c is None:
+            ctrl_c = _CtrlC(loop, self._wakeup_writer.fileno())
         try:
             # Made in a fresh context: the caller's context variables (sniffio's "trio", for
             # one) must not reach the private asyncio loop.
@@ -196,41 +272,12 @@ class LoopDriver:
             raise
         finally:
             self._task = None
-            ctrl_c.uninstall()
+            ctrl_c.finished = True
+            if not beside:
+                ctrl_c.uninstall()
         if ctrl_c.count:  # Ctrl-C as the call finished: an interrupt all the same
             raise KeyboardInterrupt
         return result
-
-    def _run_until_task_done(self, task: asyncio.Task[Any]) -> None:
-        """Run the loop in this thread until ``task`` is done.
-
-        asyncio's own loop is stepped here directly (``_run_once``, what ``run_forever``
-        repeats), with what ``run_forever`` sets up around it: the running loop, its thread,
-        the async generator hooks. That saves ``run_forever``'s set-up and tear-down at every
-        call (~8 µs of a CartPole x 32 shim step's ~185 µs on 2 cores). A loop without
-        ``_run_once`` runs the public way: the task stops it as it ends (``_stop_when_done``).
-        """
-        loop = self._loop
-        run_once = self._step_loop
-        if run_once is None:
-            while not task.done():
-                loop.run_forever()
-            return
-        hooks = sys.get_asyncgen_hooks()
-        loop._thread_id = threading.get_ident()  # type: ignore[attr-defined]
-        sys.set_asyncgen_hooks(firstiter=loop._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
-                               finalizer=loop._asyncgen_finalizer_hook)  # type: ignore[attr-defined]
-        asyncio.events._set_running_loop(loop)
-        try:
-            while not task.done():
-                run_once()
-        finally:
-            # The task's own stop() as it ended (or Ctrl-C's): moot once it is done, and a
-            # stopping loop would never block in its selector again.
-            loop._stopping = False  # type: ignore[attr-defined]
-            loop._thread_id = None  # type: ignore[attr-defined]
-            asyncio.events._set_running_loop(None)
-            sys.set_asyncgen_hooks(*hooks)
 
     async def _stop_when_done(self, async_fn: Callable[..., Coroutine[Any, Any, T]],
                               args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
@@ -270,9 +317,13 @@ class LoopDriver:
             if self._closed:
                 return
             self._closed = True
-            borrowed = _event_loop_running_here()
-            with _outer_loop_set_aside() if borrowed else contextlib.nullcontext():
+            if not _event_loop_running_here():
                 self._finish()
+            elif not INTERNALS.borrows_threads and _running_loop() is not None:
+                _beside(self._finish, None)
+            else:
+                with _outer_loop_set_aside():
+                    self._finish()
 
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once empty

@@ -58,11 +58,12 @@ raises ``ValueError`` saying what is wrong.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from aiovec._internals import INTERNALS
 from aiovec._wire._convert import (
     ALIGNMENT,
     ARRAY_KEY,
@@ -102,9 +103,9 @@ _TREE_KEY = b',"tree":'
 _PREFIX = len(FRAME_MAGIC) + 4
 _PADDING = bytes(ALIGNMENT)
 _HEADER_DECODER = json.JSONDecoder()
-#: One JSON value at a position → (value, end); the C scanner ``JSONDecoder`` wraps.
-_scan_json: Callable[[str, int], tuple[Any, int]] = \
-    _HEADER_DECODER.scan_once  # type: ignore[attr-defined]
+#: One JSON value at a position → (value, end): the C scanner ``JSONDecoder`` wraps, where
+#: ``_internals`` found it.
+_scan_json = INTERNALS.scan_json
 
 
 def encode_frame(message: Any) -> bytes:

@@ -5,12 +5,13 @@ keys as strings, anything else as its ``repr``."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from aiovec._internals import INTERNALS
 
 __all__ = ["ALIGNMENT", "ARRAY_KEY", "MAX_DEPTH", "OBJECTS_KEY", "RAW_DTYPES", "Buffers",
            "aligned", "convert", "json_text", "table_of", "to_jsonable"]
@@ -31,28 +32,9 @@ ALIGNMENT = 8
 _CODES = {dtype: code for code, dtype in RAW_DTYPES.items()}
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
-# The trees it encodes are built afresh by convert, so they cannot be circular.
-_ENCODER = json.JSONEncoder(check_circular=False, allow_nan=True, separators=(",", ":"))
-
-
-def _unencodable(value: object) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON")  # convert leaves none
-
-
-#: ``_ENCODER.encode`` (compact, NaN as ``NaN``) without the new C encoder it makes at each
-#: call.
-_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-if _c_encoder is not None:
-    _chunks = _c_encoder(None, _unencodable, json.encoder.encode_basestring_ascii, None, ":",
-                         ",", False, False, True)
-
-    def json_text(tree: Any) -> str:
-        """The compact JSON text of a tree ``convert`` made."""
-        return "".join(_chunks(tree, 0))
-else:  # pragma: no cover - a Python without the _json accelerator
-    def json_text(tree: Any) -> str:
-        """The compact JSON text of a tree ``convert`` made."""
-        return _ENCODER.encode(tree)
+#: The compact JSON text of a tree ``convert`` made (NaN as ``NaN``): json's C encoder made
+#: once, not at each call as ``json.dumps`` does, where ``_internals`` found it.
+json_text = INTERNALS.json_text
 
 
 def to_jsonable(value: Any) -> Any:

@@ -245,12 +245,21 @@ def test_limits_apply_in_order() -> None:
     assert caught.value.code == "bad_json"
 
 
+def _jsons_own_message(text: str) -> str:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return error.msg
+    raise AssertionError(f"{text!r} is JSON")
+
+
 @pytest.mark.parametrize(("body", "message"), [
     (b'{"op": "step", "actions": [0, 1', "Expecting ',' delimiter: line 1 column 32 (char 31)"),
     (b'{"a":', "Expecting value: line 1 column 6 (char 5)"),
     (b"", "Expecting value: line 1 column 1 (char 0)"),
     (b"[1]\n[2]", "Extra data: line 2 column 1 (char 4)"),
-    (b'{"a": 1,}', "Expecting property name enclosed in double quotes"),
+    # Worded by this Python's json (3.13: "Illegal trailing comma before end of object").
+    (b'{"a": 1,}', _jsons_own_message('{"a": 1,}')),
     (b'["\xff"]', "'utf-8' codec can't decode byte 0xff in position 2"),
     ('[1, "é"]'.encode("utf-16"), "codec can't decode"),
     (b"\xef\xbb\xbf\xef\xbb\xbf[1]", "Unexpected UTF-8 BOM"),  # one BOM is forgiven, not two

@@ -5,6 +5,7 @@ threads one at a time; Ctrl-C handling that leaves a program's own SIGINT handle
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ import trio
 import trio.lowlevel
 
 import aiovec
+from aiovec._internals import INTERNALS, look_up
 from aiovec._shim._loop_driver import LoopDriver
 from aiovec.testing import CountingEnv
 from tests.envs import GatedEnv
@@ -46,7 +48,9 @@ def test_a_script_runs_the_loop_in_its_own_thread() -> None:
 def test_a_caller_inside_an_event_loop_lends_its_thread() -> None:
     """From asyncio, uvloop or trio code (a notebook cell, an async handler) the call blocks
     the caller's loop anyway: the shim's loop runs in that thread meanwhile (no thread hop),
-    and the outer loop finds itself as it was: running, its library known, its tasks going."""
+    and the outer loop finds itself as it was: running, its library known, its tasks going.
+    Where asyncio's running loop cannot be set aside (``AIOVEC_PRIVATE_INTERNALS=0``), the
+    call runs in a thread of its own beside an asyncio loop, and all the same after it."""
     import uvloop
 
     gated = GatedEnv(gated=False)
@@ -68,11 +72,12 @@ def test_a_caller_inside_an_event_loop_lends_its_thread() -> None:
         assert loop_threads() == []
         return gated.thread_ids
 
-    runs = (lambda: asyncio.run(handler()), lambda: uvloop.run(handler()),
-            lambda: trio.run(handler))
-    for run in runs:
+    runs = {"asyncio": lambda: asyncio.run(handler()), "uvloop": lambda: uvloop.run(handler()),
+            "trio": lambda: trio.run(handler)}
+    for name, run in runs.items():
         gated.thread_ids.clear()
-        assert run() == {threading.get_ident()}
+        lends = INTERNALS.borrows_threads or name == "trio"  # trio sets no asyncio loop
+        assert (run() == {threading.get_ident()}) is lends, name
 
 
 def test_a_shim_made_in_a_script_can_be_stepped_from_async_code_and_back() -> None:
@@ -172,6 +177,38 @@ def test_ctrl_c_received_by_another_thread_still_cancels_the_call(ctrl_c: None) 
         shim.close()
 
 
+def test_ctrl_c_cancels_a_call_made_from_inside_an_event_loop(ctrl_c: None) -> None:
+    """A sync call from async code (here a loop with no SIGINT handler of its own, so Ctrl-C
+    is Python's ``KeyboardInterrupt``): the call is cancelled, and the interrupt reaches the
+    outer loop's code, whether the call borrowed the thread or ran beside it."""
+    gated = GatedEnv()
+    shim = aiovec.VectorEnv([lambda: gated, CountingEnv], backend="thread")
+    outer = asyncio.new_event_loop()
+
+    async def handler() -> None:
+        shim.step(np.ones(2, np.int64))
+
+    def interrupt() -> None:
+        assert gated.entered.wait(timeout=30)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt)
+    try:
+        shim.reset()
+        interrupter.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            outer.run_until_complete(handler())
+        assert time.monotonic() - started < 30  # not the gate's 60 s
+        assert shim.unusable_envs == (0, 1)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        interrupter.join()
+        gated.release.set()
+        shim.close()
+        outer.close()
+
+
 def test_ctrl_c_before_the_call_started_interrupts_without_running_it(ctrl_c: None) -> None:
     """SIGINT between the handler's install and the call's first step: the call is cancelled
     before its coroutine ever ran, which must still end the call (a task cancelled that early
@@ -232,12 +269,21 @@ def test_each_call_runs_with_the_loop_running_and_leaves_it_stopped(
         steps_the_loop_itself: bool) -> None:
     """During a call the loop is the running one, in this thread, with its async generator
     hooks; after it, none of that remains, and a sleeping call's timer fires. Both ways of
-    running the loop: stepping asyncio's loop directly, or ``run_forever`` (a loop without
-    ``_run_once``)."""
+    running the loop: stepping asyncio's loop directly (``run_forever`` never called), or
+    ``run_forever`` (``aiovec._internals``' fallback)."""
     driver = LoopDriver()
     loop = driver._loop
     if not steps_the_loop_itself:
-        driver._step_loop = None  # as if the loop had no step of its own
+        driver._run_until_task_done = look_up(False).runner_for(loop)
+    run_forever = loop.run_forever
+    run_forever_calls = 0
+
+    def counted_run_forever() -> None:
+        nonlocal run_forever_calls
+        run_forever_calls += 1
+        run_forever()
+
+    loop.run_forever = counted_run_forever  # type: ignore[method-assign]
     hooks_before = sys.get_asyncgen_hooks()
     seen: list[Any] = []
 
@@ -254,10 +300,30 @@ def test_each_call_runs_with_the_loop_running_and_leaves_it_stopped(
     try:
         for _ in range(3):
             assert driver.run(inside) == "1"
-            assert asyncio._get_running_loop() is None
-            assert sys.get_asyncgen_hooks() == hooks_before
             assert not loop.is_running()
+            assert sys.get_asyncgen_hooks() == hooks_before
+            with pytest.raises(RuntimeError):
+                asyncio.get_running_loop()
+        stepped = steps_the_loop_itself and INTERNALS.found["BaseEventLoop._run_once"]
+        assert (run_forever_calls == 0) is stepped
     finally:
         driver.stop()
     assert seen[0] is loop
     assert seen[1] is not None and seen[1] == loop._asyncgen_firstiter_hook  # type: ignore[attr-defined]
+
+
+def test_debug_mode_runs_as_run_forever_runs_it() -> None:
+    """asyncio's debug mode (``PYTHONASYNCIODEBUG``, ``-X dev``): a call tracks where each
+    coroutine was made, as ``run_forever`` sets it up, and stops tracking after it."""
+    driver = LoopDriver()
+    driver._loop.set_debug(True)
+    depth_before = sys.get_coroutine_origin_tracking_depth()
+
+    async def tracking_depth() -> int:
+        return sys.get_coroutine_origin_tracking_depth()
+
+    try:
+        assert driver.run(tracking_depth) > 0
+        assert sys.get_coroutine_origin_tracking_depth() == depth_before
+    finally:
+        driver.stop()
