@@ -16,6 +16,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 import gymnasium as gym
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
+from aiovec._core._arguments import check_timeout
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._statistics import Statistics
 from aiovec._exceptions import ClosedError
@@ -125,7 +126,7 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
     def step_wait(self, timeout: float | None = None) -> StepResultT:
         """Wait for ``step_async``: ``timeout`` seconds at most (``None``: the construction
         ``timeout``), then ``EnvTimeoutError``."""
-        return self._loop.run(self._env._finish_step, self._end("step"), per_call(timeout))
+        return self._loop.run(self._env._finish_step, *self._wait("step", timeout))
 
     def send(self, actions: ActionsT, env_ids: Any = None, *,
              timeout: float | None = None) -> None:
@@ -185,6 +186,12 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
         self._begin(f"{name}_async")
         self._pending = _Pending(name, self._loop.run(submit, *args))
 
+    def _wait(self, name: str, timeout: float | None) -> tuple[InFlight, Timeout]:
+        """``{name}_wait``'s arguments: the pending call's request and its deadline, the
+        deadline checked first."""
+        deadline = per_call(timeout)
+        return self._end(name), deadline
+
     def _end(self, name: str) -> InFlight:
         """``{name}_wait``: the pending call's request, which is no longer pending."""
         self._check_open(f"{name}_wait")
@@ -227,5 +234,7 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
 
 
 def per_call(timeout: float | None) -> Timeout:
-    """Gymnasium's ``timeout=None`` means the vector env's default deadline."""
-    return USE_DEFAULT if timeout is None else timeout
+    """Gymnasium's ``timeout=None`` means the vector env's default deadline; any other is
+    checked here, so a ``*_wait`` evaluates it before it takes the pending call (a refused
+    timeout leaves the call pending, its results not lost)."""
+    return USE_DEFAULT if timeout is None else check_timeout(timeout, "timeout")

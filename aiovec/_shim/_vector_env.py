@@ -21,7 +21,7 @@ from aiovec._core._first_ready import StepBatch
 from aiovec._core._options import VectorOptions, takes_options
 from aiovec._core._spaces import ObservationMode
 from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory, StepResult
-from aiovec._shim._sync_face import SyncFace, per_call
+from aiovec._shim._sync_face import SyncFace
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -117,7 +117,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for ``reset_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        return self._loop.run(self._env._finish_reset, self._end("reset"), per_call(timeout))
+        return self._loop.run(self._env._finish_reset, *self._wait("reset", timeout))
 
     def step(self, actions: Any, *, out: Any = None) -> StepResult:
         """Step every sub-env and return the batched results.
@@ -141,7 +141,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for ``call_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        return self._loop.run(self._env._finish_call, self._end("call"), per_call(timeout))
+        return self._loop.run(self._env._finish_call, *self._wait("call", timeout))
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]

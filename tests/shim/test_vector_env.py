@@ -84,6 +84,27 @@ def test_out_of_order_calls_raise_gymnasiums_errors(shim: aiovec.VectorEnv) -> N
     shim.step_wait()
 
 
+@pytest.mark.parametrize("timeout", [True, 0, -1.0, float("nan"), "1"])
+def test_a_refused_wait_timeout_leaves_the_call_pending(shim: aiovec.VectorEnv,
+                                                        timeout: object) -> None:
+    """A ``*_wait`` with a timeout the one rule refuses raises before it takes the pending
+    call: the same ``*_wait`` then collects it, nothing lost."""
+    shim.reset_async(seed=1)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        shim.reset_wait(timeout=timeout)  # type: ignore[arg-type]
+    obs, _ = shim.reset_wait()
+    assert obs.tolist() == [[0, 1]] * 3
+    shim.step_async(np.ones(3, np.int64))
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        shim.step_wait(timeout=timeout)  # type: ignore[arg-type]
+    obs, rewards, *_ = shim.step_wait()
+    assert obs[:, 0].tolist() == [1, 1, 1] and rewards.tolist() == [1.0] * 3
+    shim.call_async("_observation")
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        shim.call_wait(timeout=timeout)  # type: ignore[arg-type]
+    assert len(shim.call_wait()) == 3
+
+
 def test_close_is_idempotent_and_final() -> None:
     shim = aiovec.VectorEnv([CountingEnv] * 2)
     shim.reset()
