@@ -14,6 +14,8 @@ deadline is where the server applies the rule (the last test).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -49,19 +51,43 @@ def caller_deadline_envs(backend: str, ledger: FaultLedger, faults: dict[int, li
                                  **shared_workers(backend, num_workers))
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
-@pytest.mark.hangs_on_purpose(
-    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
+def on_local_backends(test: Callable[..., Any]) -> Callable[..., Any]:
+    """A test of a hanging sub-env on each local backend with deadlines."""
+    hangs = pytest.mark.hangs_on_purpose(
+        "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
+    return pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)(hangs(test))
+
+
+@contextlib.asynccontextmanager
+async def hang_and_raise(backend: str, ledger: FaultLedger, operation: str
+                         ) -> AsyncIterator[tuple[aiovec.AsyncVectorEnv, tuple[int, ...]]]:
+    """Four sub-envs, two to a worker, that have stepped once: at its next ``operation``
+    sub-env 0 hangs and sub-env 2 raises. Yields the env and the sub-envs that will be late
+    (on processes, 0's worker neighbour too)."""
+    faults = {0: [Fault("hang", operation, at=1, instance=0)],
+              2: [Fault("raise", operation, at=1, instance=0)]}
+    async with caller_deadline_envs(backend, ledger, faults, 4, 2) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.full(4, 1.0))
+        yield envs, (0, 1) if backend == "process" else (0,)
+
+
+def assert_late_and_one_restart(envs: aiovec.AsyncVectorEnv, ledger: FaultLedger,
+                                late: tuple[int, ...]) -> None:
+    """Sub-env 2, which raised, was the one restart; the ``late`` ones timed out and wait for
+    the caller's reset, sub-env 0 not made afresh."""
+    statistics = envs.statistics()
+    assert (statistics.restarts, statistics.timeouts) == (1, len(late))
+    assert envs.unusable_envs == late
+    assert ledger.count(0, "new") == 1
+
+
+@on_local_backends
 async def test_step_restarts_what_broke_but_not_what_was_late_for_the_caller(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """Sub-env 0 hangs (on processes with sub-env 1, its worker's other sub-env) and sub-env
     2 raises: 2 is restarted, the late ones are reported and wait for the caller's reset."""
-    faults = {0: [Fault("hang", "step", at=1, instance=0)],
-              2: [Fault("raise", "step", at=1, instance=0)]}
-    late = (0, 1) if backend == "process" else (0,)
-    async with caller_deadline_envs(backend, ledger, faults, 4, 2) as envs:
-        await envs.reset(seed=0)
-        await envs.step(np.full(4, 1.0))
+    async with hang_and_raise(backend, ledger, "step") as (envs, late):
         started = anyio.current_time()
         with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
             await envs.step(np.full(4, 2.0), timeout=CallerDeadline(DEADLINE))
@@ -73,28 +99,18 @@ async def test_step_restarts_what_broke_but_not_what_was_late_for_the_caller(
         assert obs[3, :2].tolist() == [2.0, 2.0] and rewards[3] == 2.0  # kept
         if backend != "process":
             assert obs[1, :2].tolist() == [2.0, 2.0] and rewards[1] == 2.0
-        statistics = envs.statistics()
-        assert (statistics.restarts, statistics.timeouts) == (1, len(late))
-        assert envs.unusable_envs == late
-        assert ledger.count(0, "new") == 1  # not made afresh, nor reset
-        assert ledger.count(0, "reset") == 1
+        assert_late_and_one_restart(envs, ledger, late)
+        assert ledger.count(0, "reset") == 1  # nor reset
         obs, _ = await envs.reset(seed=1)  # the caller's reset brings them back
         assert obs[:, 3].tolist() == [1, len(late) - 1, 1, 0]  # fresh instances
         obs, *_ = await envs.step(np.full(4, 3.0))
         assert obs[:, :2].tolist() == [[1, 3]] * 4
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
-@pytest.mark.hangs_on_purpose(
-    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
+@on_local_backends
 async def test_reset_restarts_what_broke_but_not_what_was_late_for_the_caller(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
-    faults = {0: [Fault("hang", "reset", at=1, instance=0)],
-              2: [Fault("raise", "reset", at=1, instance=0)]}
-    late = (0, 1) if backend == "process" else (0,)
-    async with caller_deadline_envs(backend, ledger, faults, 4, 2) as envs:
-        await envs.reset(seed=0)
-        await envs.step(np.full(4, 1.0))
+    async with hang_and_raise(backend, ledger, "reset") as (envs, late):
         started = anyio.current_time()
         with pytest.raises(aiovec.EnvTimeoutError) as timed_out:
             await envs.reset(seed=1, timeout=CallerDeadline(DEADLINE))
@@ -103,18 +119,13 @@ async def test_reset_restarts_what_broke_but_not_what_was_late_for_the_caller(
         obs, infos = timed_out.value.partial_result
         assert infos["_restart"].tolist() == [False, False, True, False]
         assert obs[2, 3] == 1 and obs[3, :2].tolist() == [0.0, 0.0]  # reset, 2 afresh
-        statistics = envs.statistics()
-        assert (statistics.restarts, statistics.timeouts) == (1, len(late))
-        assert envs.unusable_envs == late
-        assert ledger.count(0, "new") == 1
+        assert_late_and_one_restart(envs, ledger, late)
         await envs.reset(seed=2)
         obs, *_ = await envs.step(np.full(4, 3.0))
         assert obs[:, :2].tolist() == [[1, 3]] * 4
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
-@pytest.mark.hangs_on_purpose(
-    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
+@on_local_backends
 async def test_recv_reports_the_late_sub_env_and_restarts_only_its_neighbour(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """One worker for both sub-envs: sub-env 0 hangs past the caller's deadline, its worker
@@ -145,9 +156,7 @@ async def test_recv_reports_the_late_sub_env_and_restarts_only_its_neighbour(
         await check_usable_after(envs, ledger)
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
-@pytest.mark.hangs_on_purpose(
-    "a sub-env hangs for good: its thread is abandoned at the caller's deadline")
+@on_local_backends
 async def test_a_late_sub_env_received_alone_stays_unrestarted_when_its_worker_is_remade(
         backend: str, ledger: FaultLedger, no_leaks: None) -> None:
     """As above, one result at a time. On processes the late sub-env's timeout comes first

@@ -38,10 +38,10 @@ async def local_refusal(value: Any) -> str:
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 async def test_a_timeout_the_local_env_refuses_is_refused_with_its_words(serve: Any,
                                                                          binary: bool) -> None:
+    values = [*REFUSED, math.nan] if binary else REFUSED  # (JSON has no NaN)
     server: Server = serve("open")
     async with httpx.AsyncClient(base_url=server.url) as client:
         session = await create(client, "CartPole-v1", 2)
-    values = [*REFUSED, math.nan] if binary else REFUSED
     request_ids = iter(range(1, 1000))
     async with await WebSocket.connect(ws_url(server, session)) as socket:
         for value in values:
