@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aiovec._core._arguments import check_timeout
+
 __all__ = ["RestartPolicy"]
 
 
@@ -35,8 +37,8 @@ class RestartPolicy:
                 raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         if self.backoff_factor < 1:
             raise ValueError(f"backoff_factor must be >= 1, got {self.backoff_factor}")
-        if self.make_timeout is not None and not self.make_timeout > 0:
-            raise ValueError(f"make_timeout must be > 0 or None, got {self.make_timeout}")
+        # A deadline like any other: the one rule (``True`` is not one second).
+        object.__setattr__(self, "make_timeout", check_timeout(self.make_timeout, "make_timeout"))
 
     def delay(self, consecutive: int) -> float:
         """Seconds to wait before the ``consecutive``-th attempt in a row (the first: none)."""

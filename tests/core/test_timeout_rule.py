@@ -51,6 +51,13 @@ def test_a_caller_deadline_stays_one() -> None:
     assert check_timeout(deadline, "timeout") is deadline
 
 
+@pytest.mark.parametrize("value", REFUSED, ids=_name)
+def test_the_restart_policys_make_timeout_is_a_deadline_like_any_other(value: Any) -> None:
+    with refused(value, "make_timeout"):
+        aiovec.RestartPolicy(make_timeout=value)
+    assert aiovec.RestartPolicy(make_timeout=math.inf).make_timeout == math.inf
+
+
 @pytest.mark.parametrize("value", [True, 0, math.nan, "1"], ids=_name)
 def test_the_constructor_refuses_what_the_rule_refuses(value: Any) -> None:
     for keyword in ("timeout", "close_timeout"):
