@@ -290,8 +290,8 @@ class ActionChecker:
 
 class ActionCheckers:
     """The ``ActionChecker`` and batched action space of each batch size, made on first use
-    and kept: a first-ready ``send`` may name any number of sub-envs. The local vector env,
-    the remote client and the server each keep one."""
+    and kept: a first-ready ``send`` may name any number of sub-envs. The vector env and the
+    remote client each keep one; the server uses its vector env's."""
 
     __slots__ = ("_by_size", "_spaces", "full", "single_action_space", "values")
 

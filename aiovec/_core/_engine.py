@@ -32,7 +32,7 @@ import anyio
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aiovec._core._actions import ActionChecker, ActionCheckers
+from aiovec._core._actions import ActionCheckers
 from aiovec._core._arguments import check_timeout
 from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
@@ -85,7 +85,6 @@ class Engine:
     _recovery: Recovery
     _results: BatchResults
     validate_actions: bool
-    _actions: ActionChecker
     _checkers: ActionCheckers
     _all_envs: range
     _first_ready: FirstReady | None
@@ -128,11 +127,11 @@ class Engine:
         self._claim("step")
         if self._state is not State.RUNNING or not self._health.all_ready():
             raise ResetNeededError(self._reset_needed_message())
-        backend = self._backend
-        batch = self._actions.check(actions, copy=backend.keeps_actions)
+        backend, checker = self._backend, self._checkers.full
+        batch = checker.check(actions, copy=backend.keeps_actions)
         if out is not None:
             check_out(out, self._results.observations)
-        payloads = batch if backend.takes_action_batches else self._actions.split(batch)
+        payloads = batch if backend.takes_action_batches else checker.split(batch)
         return self._submit(Op.STEP, "step", self._all_envs, payloads, out)
 
     def _reset_needed_message(self) -> str:
@@ -153,7 +152,7 @@ class Engine:
             replies, broken = await self._gather(in_flight, timeout)
             indices = list(in_flight.env_indices)
             restarted = None
-            restartable = self._recovery.restartable(broken) if broken else None
+            restartable = self._recovery.restartable(broken)
             if restartable:
                 payloads = dict(zip(indices, in_flight.payloads))
                 restarted = await self._restart_or_abandon(
@@ -213,7 +212,7 @@ class Engine:
                 self._step_counts.add_answered(in_flight.env_indices, replies)
             else:
                 self._step_counts.add_all()
-            restartable = self._recovery.restartable(broken) if broken else None
+            restartable = self._recovery.restartable(broken)
             if restartable:
                 same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
                 previous = {index: results.row(index) for index in restartable}
@@ -323,9 +322,9 @@ class Engine:
             env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
-        restartable = self._recovery.restartable(broken) if broken else None
+        restartable = self._recovery.restartable(broken)
         if restartable:
-            previous = {env_index: self._results.row(env_index) for env_index in broken}
+            previous = {env_index: self._results.row(env_index) for env_index in restartable}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
             # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
             claim = InFlight("recv (restarting sub-envs)", Op.STEP, list(broken), (), None)
@@ -533,7 +532,6 @@ class Engine:
         n = self.num_envs
         self._results = BatchResults(spaces, buffers, n)
         self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
-        self._actions = self._checkers.full
         self._all_envs = range(n)
 
     def _indices_in_range(self, env_ids: Sequence[int]) -> Sequence[int]:

@@ -74,7 +74,7 @@ class Recovery:
     def restartable(self, broken: dict[int, str]) -> dict[int, str]:
         """Those of ``broken`` (sub-env: why) that the policy restarts: all but the ones that
         missed the caller's deadline; none without a policy."""
-        if self.policy is None:
+        if not broken or self.policy is None:
             return {}
         spared = self._spared
         return {index: why for index, why in broken.items() if index not in spared}
