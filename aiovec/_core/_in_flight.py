@@ -7,10 +7,12 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Final
 
+from aiovec._core._arguments import check_timeout
 from aiovec._core._backend import Pending
 from aiovec._core._requests import NO_REPLY, Failure, Op
 
-__all__ = ["START_TIMEOUT", "USE_DEFAULT", "CallerDeadline", "InFlight", "Timeout"]
+__all__ = ["START_TIMEOUT", "USE_DEFAULT", "CallerDeadline", "InFlight", "Timeout",
+           "checked_timeout"]
 
 
 class _UseDefault(enum.Enum):
@@ -21,6 +23,12 @@ class _UseDefault(enum.Enum):
 
 USE_DEFAULT: Final = _UseDefault.TOKEN
 Timeout = float | None | _UseDefault
+
+
+def checked_timeout(timeout: Timeout) -> Timeout:
+    """A call's ``timeout=``, checked where the call enters, before anything is sent:
+    ``USE_DEFAULT`` as it is, anything else by the one rule (``check_timeout``)."""
+    return timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
 
 
 class CallerDeadline(float):

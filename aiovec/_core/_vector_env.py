@@ -27,6 +27,7 @@ from aiovec._core._in_flight import (
     USE_DEFAULT,
     InFlight,
     Timeout,
+    checked_timeout,
 )
 from aiovec._core._loop_wakeup import threadsafe_caller
 from aiovec._core._observations import check_out
@@ -409,8 +410,7 @@ class AsyncVectorEnv(Engine):
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
         ``out``: as for ``step`` (the whole batch is written, reset or not).
         """
-        if timeout is not USE_DEFAULT:  # checked before anything is sent
-            timeout = check_timeout(timeout, "timeout")
+        timeout = checked_timeout(timeout)
         in_flight = await self._submit_reset(seed, options, out)
         return await self._finish_reset(in_flight, timeout)
 
@@ -425,8 +425,7 @@ class AsyncVectorEnv(Engine):
         with one copy and returned as ``obs`` (``copy`` then does not apply); a wrong one is
         refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
-        if timeout is not USE_DEFAULT:  # checked before anything is sent
-            timeout = check_timeout(timeout, "timeout")
+        timeout = checked_timeout(timeout)
         in_flight = await self._submit_step(actions, out)
         return await self._finish_step(in_flight, timeout)
 

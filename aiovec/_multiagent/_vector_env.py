@@ -19,7 +19,13 @@ from gymnasium.vector.utils import batch_space
 
 from aiovec._core._arguments import check_env_ids
 from aiovec._core._first_ready import StepBatch
-from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout
+from aiovec._core._in_flight import (
+    START_TIMEOUT,
+    USE_DEFAULT,
+    InFlight,
+    Timeout,
+    checked_timeout,
+)
 from aiovec._core._options import DEFAULTS, ParallelOptions, takes_options
 from aiovec._core._statistics import Statistics
 from aiovec._core._vector_env import AsyncVectorEnv, StepResult
@@ -270,6 +276,7 @@ class AsyncParallelVectorEnv:
 
         Errors are the single-agent ones; their ``partial_result`` is in this layout too.
         """
+        timeout = checked_timeout(timeout)  # before anything is sent
         return await self._finish_step(await self._submit_step(actions), timeout)
 
     async def _submit_step(self, actions: Mapping[AgentID, Any]) -> InFlight:

@@ -367,3 +367,18 @@ def test_the_sync_shim_has_two_phase_steps_and_first_ready_batches() -> None:
         assert batch.env_ids.tolist() == [1] and batch.observations["scout_0"][0, 2] == 2
         obs, *_ = envs.step(scout_actions(2))
         assert obs["scout_0"][:, 2].tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("timeout", [True, 0, float("nan")])
+async def test_a_refused_step_timeout_sends_nothing(timeout: Any) -> None:
+    """The one timeout rule, checked before the step goes out: no sub-env steps, and the
+    next step is the first."""
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 2, backend="thread") as envs:
+        await envs.reset(seed=0)
+        actions = {**scout_actions(2), "late": np.full((2, 2), 0.5, dtype=np.float32)}
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            await envs.step(actions, timeout=timeout)
+        assert await envs.get_attr("steps_taken") == (0, 0)
+        await envs.step(actions)
+        assert await envs.get_attr("steps_taken") == (1, 1)
+        assert envs.statistics().steps == 1
