@@ -23,7 +23,7 @@ import functools
 import itertools
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,7 +290,7 @@ async def aiovec_env_centric(run: Run, backend: str) -> None:
                     await sent.wait()
                 # With a first-ready recv that takes "at least 1, at most B" this becomes
                 # envs.recv(batch_size=big_b, min_size=1).
-                batch = await envs.recv(batch_size=min(big_b, owed))
+                batch = await envs.recv(batch_size=big_b)
                 owed -= len(batch.env_ids)
                 ended = np.flatnonzero(batch.terminations | batch.truncations)
                 if ended.size:
@@ -323,7 +323,7 @@ async def _cancel(tasks: set[asyncio.Task[Any]]) -> None:
 @dataclass(frozen=True)
 class Contender:
     name: str
-    run: Callable[[Run], Awaitable[None]]
+    run: Callable[[Run], Coroutine[Any, Any, None]]
     #: It times its own window (whole batches), so it has no warm-up.
     aligned: bool = False
 

@@ -24,26 +24,27 @@ from gymnasium.vector import AutoresetMode
 import aiovec
 
 GROUP_SIZE = 8
+Chat = tuple[dict[str, str], ...]
 CHAT = gym.spaces.Space[Any]()  # a chat is a Python object; one space, shared by every slot
 MESSAGE = gym.spaces.Text(max_length=200, charset="".join(map(chr, range(32, 127))))
 
 
-class ToolEnv(aiovec.AsyncEnv[tuple, str]):
+class ToolEnv(aiovec.AsyncEnv[Chat, str]):
     """One slot of group ``group``: its k-th episode plays the group's k-th task."""
 
     def __init__(self, group: int) -> None:
         self.observation_space, self.action_space = CHAT, MESSAGE
         self.group, self.episodes = group, 0
 
-    async def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[tuple, dict]:
+    async def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Chat, Any]:
         await super().reset(seed=seed)
         task = np.random.default_rng([self.group, self.episodes])  # the same for the group
         self.episodes += 1
         self.turns_left = int(task.integers(1, 6))
-        self.chat: tuple = ({"role": "user", "content": f"Task {task.integers(1000)}: find X"},)
+        self.chat: Chat = ({"role": "user", "content": f"Task {task.integers(1000)}: find X"},)
         return self.chat, {}
 
-    async def step(self, action: str) -> tuple[tuple, float, bool, bool, dict]:
+    async def step(self, action: str) -> tuple[Chat, float, bool, bool, Any]:
         await anyio.sleep(self.np_random.uniform(0.005, 0.05))  # the tool call
         self.turns_left -= 1
         self.chat = (*self.chat, {"role": "assistant", "content": action},
