@@ -142,6 +142,34 @@ async def play(run: Run, episode: Episode, tool: Callable[[Episode, str], Awaita
             return
 
 
+class Background:
+    """Tasks started and left to run; the first error among them is kept for their owner to
+    raise (``check``), and ``changed`` is set whenever one ends."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.error: BaseException | None = None
+        self.changed = asyncio.Event()
+
+    def start(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self.error is None:
+            self.error = task.exception()
+        self.changed.set()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    async def cancel(self) -> None:
+        await _cancel(set(self.tasks))
+
+
 # ---------------------------------------------------------------------------- contenders
 
 
@@ -182,16 +210,15 @@ async def task_per_episode(run: Run) -> None:
         finally:
             permits.release()
 
-    running: set[asyncio.Task[None]] = set()
+    rollouts = Background()
     run.running.set()
     try:
         for episode in episode_stream(run.workload):
             await permits.acquire()
-            task = asyncio.create_task(rollout(episode))
-            running.add(task)
-            task.add_done_callback(running.discard)
+            rollouts.check()
+            rollouts.start(rollout(episode))
     finally:
-        await _cancel(running)
+        await rollouts.cancel()
 
 
 async def adaptive_dispatcher(run: Run) -> None:
@@ -259,8 +286,7 @@ async def aiovec_env_centric(run: Run, backend: str) -> None:
     env_class = AsyncChatEnv if backend == "async" else ChatEnv
     fns = [functools.partial(env_class, workload, slot) for slot in range(num_slots)]
     owed = 0  # sub-envs sent an action and not received yet
-    sent = asyncio.Event()
-    acting: set[asyncio.Task[None]] = set()
+    acting = Background()  # policy calls, each then sending its actions
     async with aiovec.AsyncVectorEnv(fns, backend=backend, batch_size=big_b,
                                      autoreset_mode=AutoresetMode.SAME_STEP) as envs:
 
@@ -269,25 +295,20 @@ async def aiovec_env_centric(run: Run, backend: str) -> None:
             actions = await policy.generate_batch(observations)
             envs.send(actions, env_ids)
             owed += len(env_ids)
-            sent.set()
-
-        def start_acting(observations: Any, env_ids: Any) -> None:
-            task = asyncio.create_task(act(observations, env_ids))
-            acting.add(task)
-            task.add_done_callback(acting.discard)
 
         observations, _ = await envs.reset(seed=workload.seed)
         now = time.perf_counter()
         started = [now] * num_slots
         for first in range(0, num_slots, big_b):
             rows = np.arange(first, min(num_slots, first + big_b))
-            start_acting(observations[first:first + big_b], rows)
+            acting.start(act(observations[first:first + big_b], rows))
         run.running.set()
         try:
             while True:
                 while not owed:  # every episode is waiting on the policy
-                    sent.clear()
-                    await sent.wait()
+                    acting.changed.clear()
+                    acting.check()
+                    await acting.changed.wait()
                 # With a first-ready recv that takes "at least 1, at most B" this becomes
                 # envs.recv(batch_size=big_b, min_size=1).
                 batch = await envs.recv(batch_size=big_b)
@@ -299,9 +320,10 @@ async def aiovec_env_centric(run: Run, backend: str) -> None:
                         env_id = int(batch.env_ids[row])
                         recorder.finished(started[env_id], now)
                         started[env_id] = now
-                start_acting(batch.observations, batch.env_ids)
+                acting.check()
+                acting.start(act(batch.observations, batch.env_ids))
         finally:
-            await _cancel(acting)
+            await acting.cancel()
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]]) -> None:
