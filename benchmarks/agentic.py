@@ -87,6 +87,8 @@ TASK_CONTENDERS = (*FRAMEWORKS, HAND_WRITTEN, AIOVEC)
 
 @dataclass(frozen=True)
 class Variant:
+    """One variant: its workload, the contenders it runs, and its smoke run's workload."""
+
     name: str
     workload: Workload
     contenders: tuple[str, ...]
@@ -131,12 +133,15 @@ NOTES = (
     "contenders that keep it full tie within that count's noise (about 1% at N = 1,024 over "
     "5 s); their agent turns/s then agree more closely.",
     "cpu-heavy has no tool waits: a process-backend worker steps its sub-envs one after "
-    "another, so a wait there would serialise; the 2 ms of CPU is the point.",
+    "another, so a wait there would serialise; the 2 ms of CPU is the point. Its orchestrator "
+    "CPU is the parent's alone (the workers' is not counted).",
 )
 
 
 @dataclass
 class Results:
+    """Each (variant, contender)'s samples with their repeat, or the error that ended it."""
+
     samples: dict[Key, list[tuple[int, Sample]]] = dataclasses.field(default_factory=dict)
     errors: dict[Key, str] = dataclasses.field(default_factory=dict)
 
@@ -167,6 +172,7 @@ def batch(sample: Sample) -> float:
 
 
 def warmup_turns(workload: Workload, episodes_each: float) -> int:
+    """Policy requests for each slot to play about ``episodes_each`` episodes."""
     pool = task_pool(workload)
     return int(episodes_each * workload.num_slots * sum(pool.turns) / pool.size)
 
