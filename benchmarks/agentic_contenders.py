@@ -389,6 +389,10 @@ async def _measure(contender: Contender, workload: Workload, plan: Plan,
             await _until(recorder.closed.is_set, work)
     finally:
         await _cancel({work})
+        # What the contender left behind (its clean-up cut short by a second cancellation,
+        # or a rollout whose cancellation asyncio.wait_for lost on Python 3.11) is cancelled
+        # while the policy still serves: none is left waiting on it forever.
+        await _cancel(asyncio.all_tasks() - {server, asyncio.current_task()})
         await _cancel({server})
     assert recorder.sample is not None
     return recorder.sample
