@@ -1,10 +1,9 @@
 """Agent rollouts: multi-turn tool-using chat episodes, in groups, feeding one batched policy.
 
-Each sub-env is an episode slot of an agent (an ``AsyncEnv``): its observation is the chat so
-far (a tuple of ``{"role", "content"}`` dicts), its action the policy's next message, its step
-one tool call (simulated: 5-50 ms). Slots come in groups of 8 playing the same task, whose
-advantages are known once the group's 8 episodes are in. The loop is first-ready: whatever
-finished first goes to the policy as one batch, then back.
+Each sub-env is an agent's episode slot (an ``AsyncEnv``): the observation is the chat so far
+(a tuple of ``{"role", "content"}`` dicts), the action the policy's next message, a step one
+tool call. Slots come in groups of 8 playing the same task, scored together once all 8 are in.
+First-ready: whatever finished first goes to the policy as one batch, then back.
 
     python examples/agent_rollouts.py --groups 16 --batch-size 32 --want 48 [--loop trio]
 """
@@ -25,7 +24,7 @@ import aiovec
 
 GROUP_SIZE = 8
 Chat = tuple[dict[str, str], ...]
-CHAT = gym.spaces.Space[Any]()  # a chat is a Python object; one space, shared by every slot
+CHAT = gym.spaces.Space[Chat]()  # any Python object; one space, shared by every slot
 MESSAGE = gym.spaces.Text(max_length=200, charset="".join(map(chr, range(32, 127))))
 
 
@@ -82,10 +81,10 @@ async def main(groups: int, batch_size: int, want: int) -> None:
                 envs.send(await policy(batch.observations), batch.env_ids)
     rewards = np.array([[reward for _, reward in group] for group in complete])
     advantages = rewards - rewards.mean(axis=1, keepdims=True)  # GRPO-style, per group
+    same = all(len({length for length, _ in group}) == 1 for group in complete)
     print(f"{envs.num_envs} slots, groups of {GROUP_SIZE}: {turns} turns, complete groups: "
           f"{len(complete)}, mean reward {rewards.mean():.2f}, advantage std "
-          f"{advantages.std():.2f}; chats of a group equally long: "
-          f"{all(len({length for length, _ in group}) == 1 for group in complete)}")
+          f"{advantages.std():.2f}; chats of a group equally long: {same}")
 
 
 if __name__ == "__main__":
