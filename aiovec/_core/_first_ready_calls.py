@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 
@@ -33,7 +33,23 @@ from aiovec._core._refusals import check_can_abort, check_can_recv, check_can_se
 from aiovec._core._requests import Failure, Op
 from aiovec._exceptions import EnvTimeoutError, NothingSentError, ResetNeededError
 
-__all__ = ["FirstReadyCalls"]
+__all__ = ["FirstReadyCalls", "received_batches"]
+
+Batch = TypeVar("Batch")
+
+
+async def received_batches(receive: Callable[[], Awaitable[Batch]],
+                           owing: Callable[[], bool]) -> AsyncIterator[Batch]:
+    """``batches``: ``receive()`` while ``owing()``; the end, quietly, when what was left
+    was aborted while it waited."""
+    while owing():
+        try:
+            batch = await receive()
+        except NothingSentError:
+            if owing():
+                raise
+            return
+        yield batch
 
 
 class FirstReadyCalls(Engine):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import warnings
 import weakref
@@ -20,7 +21,7 @@ from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
 from aiovec._core._engine import BoolArray, State, StepResult
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
-from aiovec._core._first_ready_calls import FirstReadyCalls
+from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
 from aiovec._core._health import Health
 from aiovec._core._in_flight import (
     START_TIMEOUT,
@@ -42,7 +43,7 @@ from aiovec._core._spaces import (
     resolve_spaces,
 )
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
-from aiovec._exceptions import BusyError, NothingSentError, NotStartedError, SubEnvErrorGroup
+from aiovec._exceptions import BusyError, NotStartedError, SubEnvErrorGroup
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -501,13 +502,9 @@ class AsyncVectorEnv(FirstReadyCalls):
         """
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
-        while self._first_ready:
-            try:
-                batch = await self.recv(batch_size=batch_size, min_size=min_size, wait=wait)
-            except NothingSentError:
-                if self._first_ready:
-                    raise
-                return  # what was left was aborted
+        async for batch in received_batches(
+                functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
+                                  wait=wait), lambda: bool(self._first_ready)):
             yield batch
 
     def abort(self, env_ids: Any) -> None:

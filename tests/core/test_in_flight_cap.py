@@ -187,7 +187,40 @@ async def test_bad_caps_are_refused(anyio_backend: Any) -> None:
         assert envs.max_in_flight == 7 and type(envs.max_in_flight) is int
 
 
-def test_the_sync_shim_and_multi_agent_envs_take_the_cap() -> None:
-    with aiovec.VectorEnv([aiovec.testing.CountingEnv] * 2, backend="inline",
+def test_the_sync_shim_has_them_too() -> None:
+    with aiovec.VectorEnv([aiovec.testing.CountingEnv] * 3, backend="inline",
                           max_in_flight=1) as shim:
-        assert shim.async_env.max_in_flight == 1
+        shim.reset(seed=0)
+        shim.send(np.ones(3, dtype=np.int64))
+        assert (shim.num_stepping, shim.num_queued, shim.num_ready) == (1, 2, 0)
+        batch = shim.recv(batch_size=3, min_size=1)  # inline: only the one sent out ran
+        assert batch.env_ids.tolist() == [0]
+        assert (shim.num_stepping, shim.num_queued) == (1, 1)
+        shim.abort([2])
+        assert (shim.num_stepping, shim.num_queued) == (1, 0)
+        shim.max_in_flight = 2
+        assert shim.max_in_flight == 2
+        assert shim.recv(batch_size=2, wait=0).env_ids.tolist() == [1]
+        assert shim.unusable_envs == (2,)
+        assert shim.statistics().aborts == 1
+        with pytest.raises(ValueError, match="max_in_flight must be a positive int"):
+            shim.max_in_flight = 0
+
+
+async def test_multi_agent_envs_have_them_too(anyio_backend: Any) -> None:
+    from tests.multiagent.envs import Arena
+    from tests.multiagent.test_vector_env import scout_actions
+
+    async with aiovec.AsyncParallelVectorEnv([Arena] * 3, backend="inline",
+                                             max_in_flight=1) as envs:
+        await envs.reset(seed=0)
+        envs.send(scout_actions(3))
+        assert (envs.num_stepping, envs.num_queued, envs.num_ready) == (1, 2, 0)
+        envs.max_in_flight = 3
+        assert (envs.max_in_flight, envs.num_stepping, envs.num_queued) == (3, 3, 0)
+        envs.abort([1])
+        received = [batch async for batch in envs.batches(batch_size=3, min_size=1)]
+        assert sorted(env for batch in received for env in batch.env_ids.tolist()) == [0, 2]
+        assert isinstance(received[0], aiovec.ParallelStepBatch)
+        assert envs.unusable_envs == (1,)
+        assert envs.statistics().aborts == 1
