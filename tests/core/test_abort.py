@@ -222,3 +222,30 @@ async def test_abort_is_refused_while_another_call_runs(anyio_backend: Any,
                 gates.release(1)
             assert ids(await envs.recv()) == [0]  # nothing was dropped
         assert envs.statistics().aborts == 0
+
+
+async def test_abort_never_stops_a_worker_that_hosts_others(anyio_backend: Any,
+                                                            gates: Gates) -> None:
+    """One worker hosts all three: sub-env 1's step cannot be stopped without the others',
+    so it runs and is thrown away; the worker lives on, the others' results come."""
+    async with aiovec.AsyncVectorEnv(gates.factories("process", 3), backend="process",
+                                     num_workers=1) as envs:
+        await envs.reset()
+        gates.hold(0)
+        envs.send(np.arange(3))
+        await gates.until(gates.entered, 0, 1)
+        envs.abort([1])
+        gates.release(0)
+        with anyio.fail_after(30):
+            batch = await envs.recv(batch_size=3)
+        assert ids(batch) == [0, 2]
+        assert gates.finished(1, 1)  # it ran, after sub-env 0, in the same worker
+        with anyio.fail_after(30):
+            await envs.reset(options=mask(3, 1))
+        envs.send(np.arange(3))
+        with anyio.fail_after(30):
+            batch = await envs.recv(batch_size=3)
+        assert ids(batch) == [0, 1, 2]
+        statistics = envs.statistics()
+        assert (statistics.aborts, statistics.restarts, statistics.errors) == (1, 0, 0)
+        assert "1/1 workers alive" in repr(envs)
