@@ -206,11 +206,15 @@ async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
-    batch_size = request.get("batch_size")
-    if batch_size is not None and type(batch_size) is not int:
-        raise ServeError("invalid", "batch_size must be an int or null")
+    batch_size, min_size = request.get("batch_size"), request.get("min_size")
+    for name, value in (("batch_size", batch_size), ("min_size", min_size)):
+        if value is not None and type(value) is not int:
+            raise ServeError("invalid", f"{name} must be an int or null")
+    wait = request.get("wait")
+    if wait is not None and type(wait) not in (int, float):
+        raise ServeError("invalid", "wait must be a number or null")
     try:
-        batch = await session.envs.recv(batch_size=batch_size)
+        batch = await session.envs.recv(batch_size=batch_size, min_size=min_size, wait=wait)
     except (EnvTimeoutError, SubEnvErrorGroup) as error:
         # The batch is received even so (its healthy rows ride on the error locally): the
         # client is told which sub-envs it held, so it knows they owe nothing any more.

@@ -136,6 +136,9 @@ ENVS: dict[str, ServedEnv] = {
     # Both sub-envs in one worker: a hung one's worker is killed under its neighbour.
     "SharedWorkerHang-v0": ServedEnv(ActionHangingEnv, backend="process", max_envs=2,
                                      timeout=30.0, vector_options={"num_workers": 1}),
+    # Each sub-env on a thread of its own: one hung by its action holds back no other.
+    "ActionHanging-v0": ServedEnv(ActionHangingEnv, backend="thread", max_envs=2,
+                                  timeout=30.0),
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
