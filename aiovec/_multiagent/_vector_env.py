@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
 
 from aiovec._core._arguments import check_env_ids
+from aiovec._core._batching import batch_space, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import (
     START_TIMEOUT,
@@ -423,17 +423,9 @@ class AsyncParallelVectorEnv:
                         where = np.intersect1d(where, env_ids)
                     raise ValueError(f"actions: no actions for {agent!r}, which acts in "
                                      f"sub-envs {where.tolist()}")
-                full[agent] = _take_rows(self._idle_actions[agent], rows)
+                full[agent] = take_rows(self._idle_actions[agent], rows,
+                                        self._agent_action_spaces[agent])
         return full
-
-
-def _take_rows(batch: Any, rows: Any) -> Any:
-    """Rows ``rows`` of a batch (an array, or a dict or tuple of them)."""
-    if isinstance(batch, dict):
-        return {key: _take_rows(value, rows) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_take_rows(value, rows) for value in batch)
-    return batch[rows]
 
 
 def _idle_batch(space: spaces.Space[Any], num_envs: int) -> Any:

@@ -23,10 +23,10 @@ from typing import Any, Literal
 import anyio
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionCheckers
 from aiovec._core._arguments import check_count, check_timeout
+from aiovec._core._batching import batch_space, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._refusals import (
@@ -308,7 +308,8 @@ class AsyncRemoteVectorEnv:
             raise refusal(reply, call.op, call.deadline)
         self._has_reset = True
         self._drop_waiting(call.reset_ids)
-        return arrays_of(reply["observations"], self.observation_space), infos_of(reply["infos"])
+        return (arrays_of(reply["observations"], self.single_observation_space),
+                infos_of(reply["infos"]))
 
     def _drop_waiting(self, env_ids: list[int]) -> None:
         """Sub-envs reset: they owe nothing, and their stashed results are dropped."""
@@ -319,7 +320,9 @@ class AsyncRemoteVectorEnv:
             rows = [row for row, index in enumerate(batch.env_ids.tolist())
                     if index not in dropped]
             if rows:
-                kept.append(StepBatch(*(rows_of(part, rows) for part in batch)))
+                kept.append(StepBatch(
+                    take_rows(batch.observations, rows, self.single_observation_space),
+                    *(rows_of(part, rows) for part in batch[1:])))
         self._stashed = kept
 
     def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
@@ -333,7 +336,7 @@ class AsyncRemoteVectorEnv:
     def _step_result(self, reply: dict[str, Any]
                      ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
                                 np.ndarray[Any, Any], dict[str, Any]]:
-        return (arrays_of(reply["observations"], self.observation_space),
+        return (arrays_of(reply["observations"], self.single_observation_space),
                 np.asarray(reply["rewards"], dtype=np.float64),
                 np.asarray(reply["terminations"], dtype=np.bool_),
                 np.asarray(reply["truncations"], dtype=np.bool_), infos_of(reply["infos"]))
