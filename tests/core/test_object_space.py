@@ -15,9 +15,11 @@ from gymnasium.vector import utils as gym_utils
 
 import aiovec
 from aiovec._core._batching import (
+    TUPLE_OF_VALUES,
     batch_differing_spaces,
     batch_space,
     batches_into_rows,
+    concatenate_afresh,
     take_rows,
 )
 from aiovec._core._observations import copy_observations
@@ -93,14 +95,25 @@ def values_of(name: str, n: int) -> list[Any]:
     return [space.sample() for _ in range(n)]
 
 
+@pytest.mark.parametrize("name", SPACES)
+def test_a_fresh_batch_is_gymnasium_s_concatenation(name: str) -> None:
+    """``concatenate_afresh`` (first-ready batches) against Gymnasium's concatenate into a
+    new empty array; a top-level tuple of rows skips the empty array."""
+    space, values = SPACES[name], values_of(name, 3)
+    expected = gym_utils.concatenate(space, values, gym_utils.create_empty_array(space, 3))
+    assert_identical(concatenate_afresh(space, values), expected)
+    skips = gym_utils.concatenate.dispatch(type(space)) is TUPLE_OF_VALUES
+    assert skips == (name in ROWS)
+
+
 def test_a_batch_of_4096_text_rows_copies_the_space_once_not_per_row() -> None:
     space = CountingText(4096, charset=WIDE_CHARSET)
     CountingText.copies = 0
     batched = batch_space(space, 4096)
-    assert CountingText.copies == 1
+    assert CountingText.copies == 1 and len(batched.spaces) == 4096
     CountingText.copies = 0
-    assert batched == gym_utils.batch_space(space, 4096)
-    assert CountingText.copies >= 4096  # Gymnasium's copy per row: what is avoided
+    assert batch_space(space, 64) == gym_utils.batch_space(space, 64)
+    assert CountingText.copies >= 1 + 64  # Gymnasium's copy per row: what is avoided
 
 
 def test_sampling_the_batch_leaves_the_space_alone_and_rows_differ() -> None:
