@@ -33,6 +33,7 @@ __all__ = [
     "CpuEnv",
     "PixelEnv",
     "SleepEnv",
+    "burn_cpu",
     "make_cartpole",
     "raw_loop",
     "raw_loop_in_child",
@@ -41,6 +42,13 @@ __all__ = [
 CPU_SECONDS_PER_STEP = 0.001
 SLEEP_SECONDS_PER_STEP = 0.005
 PIXEL_SHAPE = (84, 84, 4)
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spin in pure Python, holding the GIL, until this thread has used ``seconds`` of CPU."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
 
 
 def make_cartpole() -> gym.Env[Any, Any]:
@@ -75,9 +83,7 @@ class CpuEnv(_VectorObsEnv):
     """Burns ``CPU_SECONDS_PER_STEP`` of this thread's CPU time per step, GIL held."""
 
     def _work(self) -> None:
-        deadline = time.thread_time() + CPU_SECONDS_PER_STEP
-        while time.thread_time() < deadline:
-            pass
+        burn_cpu(CPU_SECONDS_PER_STEP)
 
 
 class SleepEnv(_VectorObsEnv):

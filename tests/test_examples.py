@@ -162,3 +162,18 @@ def test_simulator_example_simulators_come_and_go_with_their_sub_envs() -> None:
     # One simulator and one scratch directory per instance: 3 first, 2 restarted.
     assert "processes ended with their sub-envs: 5; cleanups run: 5, failed: 0" in out, out
     assert "after close: simulators alive 0" in out, out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_agent_rollouts_example_collects_complete_groups(loop: str) -> None:
+    out = run_example(str(EXAMPLES / "agent_rollouts.py"), "--groups", "4", "--batch-size", "8",
+                      "--want", "10", "--loop", loop)
+    found = re.search(r"32 slots, groups of 8: (\d+) turns, complete groups: (\d+), mean reward "
+                      r"([\d.]+), advantage std ([\d.]+); chats of a group equally long: (\w+)",
+                      out)
+    assert found is not None, out
+    turns, groups = int(found.group(1)), int(found.group(2))
+    # It stops sending at 10 complete groups; episodes still owed then may complete more.
+    assert 10 <= groups <= 10 + 4 and turns >= groups * 8, out
+    assert 0 <= float(found.group(3)) <= 1
+    assert found.group(5) == "True", out  # the 8 slots of a group played one task each time
