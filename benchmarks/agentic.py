@@ -76,6 +76,7 @@ from harness import (
     interleaved,
     ratio_cell,
     spread_cell,
+    watchdog,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "agentic.md"
@@ -191,8 +192,9 @@ def run_all(chosen: dict[str, tuple[Workload, tuple[str, ...]]], repeats: int, p
                 gc.collect()
                 started = time.perf_counter()
                 try:
-                    sample = measure(CONTENDERS[name], workload, plan,
-                                     warmup_turns(workload, warmup_episodes), loop)
+                    with watchdog(plan.cell_timeout + 60.0):  # a hung clean-up, at worst
+                        sample = measure(CONTENDERS[name], workload, plan,
+                                         warmup_turns(workload, warmup_episodes), loop)
                 except Exception as error:  # an error row; the run goes on
                     results.errors[key] = describe(error)
                     print(f"ERROR {results.errors[key]}", flush=True)

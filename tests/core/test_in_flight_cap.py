@@ -133,8 +133,8 @@ async def test_a_queued_deadline_starts_when_the_step_goes_out(
         await envs.reset()
         gates.hold(0)
         envs.send(np.array([0]), [0])
-        envs.send(np.array([1]), [1], timeout=0.5)
-        with anyio.move_on_after(1.5):  # time passes while it is queued
+        envs.send(np.array([1]), [1], timeout=2.0)  # a wide margin for its step itself
+        with anyio.move_on_after(3.0):  # time passes while it is queued: more than that
             await envs.recv(batch_size=2)
         assert (envs.num_stepping, envs.num_queued) == (1, 1)
         gates.release(0)
