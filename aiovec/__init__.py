@@ -20,6 +20,7 @@ from aiovec._exceptions import ServerGoneError as ServerGoneError
 from aiovec._exceptions import SubEnvError as SubEnvError
 from aiovec._exceptions import SubEnvErrorGroup as SubEnvErrorGroup
 from aiovec._exceptions import WorkerDiedError as WorkerDiedError
+from aiovec._object_space import ObjectSpace as ObjectSpace
 
 if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._core._async_env import AsyncEnv as AsyncEnv
@@ -50,6 +51,7 @@ __all__ = (
     "LatencySummary",
     "NotStartedError",
     "NothingSentError",
+    "ObjectSpace",
     "ParallelStepBatch",
     "ParallelVectorEnv",
     "RemoteError",

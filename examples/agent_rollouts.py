@@ -16,7 +16,6 @@ from collections import defaultdict
 from typing import Any
 
 import anyio
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
@@ -24,8 +23,8 @@ import aiovec
 
 GROUP_SIZE = 8
 Chat = tuple[dict[str, str], ...]
-CHAT = gym.spaces.Space[Chat]()  # any Python object; one space, shared by every slot
-MESSAGE = gym.spaces.Text(max_length=200, charset="".join(map(chr, range(32, 127))))
+CHAT = aiovec.ObjectSpace(tuple)  # a chat: a tuple of message dicts, any Unicode in them
+MESSAGE = aiovec.ObjectSpace(str)  # what the policy says
 
 
 class ToolEnv(aiovec.AsyncEnv[Chat, str]):
@@ -67,7 +66,9 @@ async def main(groups: int, batch_size: int, want: int) -> None:
         chats, _ = await envs.reset(seed=0)
         episode_of = [0] * envs.num_envs  # which episode each slot plays
         envs.send(await policy(chats))
-        async for batch in envs.batches():  # the first `batch_size` to finish, until none owed
+        # Whatever finished, up to batch_size, once a quarter of it did or 20 ms passed (a
+        # batching server's knobs), until nothing sent is owed.
+        async for batch in envs.batches(min_size=max(1, batch_size // 4), wait=0.02):
             turns += len(batch.env_ids)
             for row in np.flatnonzero(batch.terminations):  # its row holds the next chat now
                 env_id = int(batch.env_ids[row])

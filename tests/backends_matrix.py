@@ -4,7 +4,8 @@ says why it is that subset.
 Use them as ``pytest.mark.parametrize("backend", NAME)``. Every async test runs on each of
 ``EVENT_LOOPS`` (the ``anyio_backend`` fixture of tests/conftest.py) unless it parametrizes
 ``anyio_backend`` itself. A test on ``backend="ray"`` joins the session's shared Ray runtime
-and runs in the pytest-xdist worker of the other Ray tests (tests/conftest.py).
+and runs in the pytest-xdist worker of the other Ray tests; its uvloop variant runs only in
+the Ray backend's own test files (tests/conftest.py, ``RAY_ON_UVLOOP``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio."""
+"""Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio (a Ray
+variant on uvloop only in the Ray backend's own tests: ``RAY_ON_UVLOOP``)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,11 @@ RAY_GROUP = "ray"
 #: The event loop whose variant of every test is ``slow``: uvloop runs asyncio's code paths
 #: (aiovec sees an asyncio loop), and its variants are a third of the suite.
 SLOW_LOOP = EVENT_LOOPS["uvloop"]
+#: Where the Ray backend runs on uvloop: its own tests. The tests that check one mechanism
+#: on every backend run their Ray variant on asyncio and trio only: the Ray tests run one
+#: after another in one xdist worker, the suite's longest path, and a uvloop variant there
+#: adds seconds per test (an actor to start) to check no code of its own.
+RAY_ON_UVLOOP = ("tests/backends/test_ray.py", "tests/backends/test_ray_process_tree.py")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -107,6 +113,10 @@ def pytest_collection_modifyitems(config: pytest.Config,
     grouping is checked after (see ``_group_by_suffix``).
     """
     grouping = config.pluginmanager.hasplugin("xdist")
+    left_out = [item for item in items if _ray_on_uvloop_elsewhere(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not _ray_on_uvloop_elsewhere(item)]
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:
@@ -121,6 +131,14 @@ def pytest_collection_modifyitems(config: pytest.Config,
     yield
     if getattr(config.option, "loadgroup", False):  # set in xdist workers under loadgroup
         _group_by_suffix(items)
+
+
+def _ray_on_uvloop_elsewhere(item: pytest.Item) -> bool:
+    """A uvloop variant on ``backend="ray"`` outside ``RAY_ON_UVLOOP``: left out (deselected,
+    counted in the summary)."""
+    callspec = getattr(item, "callspec", None)
+    return (callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP
+            and _item_uses_ray(item) and not item.nodeid.startswith(RAY_ON_UVLOOP))
 
 
 def _group_by_suffix(items: list[pytest.Item]) -> None:

@@ -36,7 +36,7 @@ from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
-from aiovec._core._requests import CallRequest, EnvDescription, Failure, Op, Remade
+from aiovec._core._requests import NO_REPLY, CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 
 __all__ = ["AsyncBackend"]
@@ -437,6 +437,20 @@ class AsyncBackend(Backend):
                 if not slot.busy and slot.host is not None:  # no env to close: end the host
                     slot.host.cancel()
             # else: its turn, or its permit, is still to come; it then closes the env
+
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> None:
+        """A step not started yet is withdrawn; a running one has its host cancelled, which
+        cancels the step's coroutine (a new host serves whatever the sub-env is sent next)."""
+        for pending, position in steps:
+            slot = self._slots[pending.env_indices[position]]
+            for job in slot.jobs:
+                if job[2] is pending and job[3] == position:
+                    slot.jobs.remove(job)  # its turn, if it comes, finds it withdrawn
+                    break
+            else:  # requests run in order: not waiting and not answered, so it is running
+                if (pending.replies[position] is NO_REPLY and slot.running
+                        and slot.host is not None):
+                    slot.host.cancel()
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         self.refuse_if_closing()

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium.vector.utils import iterate
+
+from aiovec._core._batching import batch_space
 
 __all__ = ["ActionChecker", "ActionCheckers", "accepted_kinds"]
 
@@ -289,11 +291,11 @@ class ActionChecker:
 
 
 class ActionCheckers:
-    """The ``ActionChecker`` and batched action space of each batch size, made on first use
-    and kept: a first-ready ``send`` may name any number of sub-envs. The vector env and the
-    remote client each keep one; the server uses its vector env's."""
+    """The ``ActionChecker`` of each batch size, made on first use and kept: a first-ready
+    ``send`` may name any number of sub-envs. The vector env and the remote client each keep
+    one; the server uses its vector env's."""
 
-    __slots__ = ("_by_size", "_spaces", "full", "single_action_space", "values")
+    __slots__ = ("_by_size", "full", "single_action_space", "values")
 
     def __init__(self, single_action_space: spaces.Space[Any], num_envs: int,
                  values: bool = False) -> None:
@@ -302,7 +304,6 @@ class ActionCheckers:
         #: The checker of a whole batch (``step``), made at once.
         self.full = ActionChecker(single_action_space, num_envs, values)
         self._by_size = {num_envs: self.full}
-        self._spaces: dict[int, spaces.Space[Any]] = {}
 
     def of_size(self, count: int) -> ActionChecker:
         """The checker of a batch for ``count`` sub-envs."""
@@ -311,10 +312,3 @@ class ActionCheckers:
             checker = self._by_size[count] = ActionChecker(self.single_action_space, count,
                                                            self.values)
         return checker
-
-    def space(self, count: int) -> spaces.Space[Any]:
-        """The action space of a batch for ``count`` sub-envs."""
-        space = self._spaces.get(count)
-        if space is None:
-            space = self._spaces[count] = batch_space(self.single_action_space, count)
-        return space

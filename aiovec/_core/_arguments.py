@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["check_count", "check_env_fns", "check_env_ids", "check_timeout"]
+__all__ = ["RecvBounds", "check_count", "check_env_fns", "check_env_ids", "check_recv_bounds",
+           "check_timeout", "check_wait"]
 
 
 def check_env_fns(env_fns: Any) -> None:
@@ -60,6 +61,48 @@ def check_timeout(timeout: object, what: str) -> float | None:
         return float(timeout)
     except OverflowError:  # an int beyond any float: longer than any deadline
         return math.inf
+
+
+def check_wait(wait: object, what: str) -> float | None:
+    """``wait`` as seconds: ``None`` (not given) or a real number at least zero, ``inf``
+    included; else ``ValueError`` naming ``what``. As ``check_timeout``, but zero is a wait
+    (do not wait at all), not a deadline."""
+    if wait is None:
+        return None
+    if (isinstance(wait, bool) or not isinstance(wait, (int, float, np.integer, np.floating))
+            or not wait >= 0):  # (NaN is not at least zero)
+        raise ValueError(f"{what} must be a number of seconds at least 0 or None, got {wait!r}")
+    try:
+        return float(wait)
+    except OverflowError:  # an int beyond any float: longer than any wait
+        return math.inf
+
+
+class RecvBounds(NamedTuple):
+    """How many results ``recv`` returns and how long it waits for them: at most
+    ``batch_size``; at least ``min_size`` (fewer only if fewer are owed), and more up to
+    ``batch_size`` only while less than ``wait`` seconds have passed since it was called."""
+
+    batch_size: int
+    min_size: int
+    wait: float
+
+
+def check_recv_bounds(batch_size: int | None, min_size: int | None, wait: float | None, *,
+                      default_batch_size: int, num_envs: int) -> RecvBounds:
+    """``recv``'s ``batch_size``, ``min_size`` and ``wait``, checked in that order, with their
+    defaults: ``batch_size`` the vector env's; with neither of the other two, a full batch
+    (``min_size=batch_size``); with ``wait`` alone, ``min_size=1``; with ``min_size`` alone,
+    ``wait=0`` (whatever is ready once ``min_size`` are)."""
+    size = check_count(batch_size, "batch_size", num_envs)
+    size = default_batch_size if size is None else size
+    least = check_count(min_size, "min_size", num_envs)
+    if least is not None and least > size:
+        raise ValueError(f"min_size must be at most batch_size={size}, got {least}")
+    seconds = check_wait(wait, "wait")
+    if least is None:
+        least = size if seconds is None else 1
+    return RecvBounds(size, least, 0.0 if seconds is None else seconds)
 
 
 def check_env_ids(env_ids: Any, num_envs: int) -> list[int]:

@@ -38,43 +38,82 @@ __all__ = ["Arrivals", "Backend", "Pending"]
 
 class Arrivals:
     """Where first-ready requests announce each reply as it lands, so that ``recv`` wakes
-    once, when enough have landed, however many requests and threads deliver them."""
+    once, when enough have landed, however many requests and threads deliver them; and,
+    while a ``pump`` is set, a callback runs soon in the loop's thread after replies land
+    (the in-flight cap's queue dispatches what they made room for)."""
 
-    __slots__ = ("_event", "_lock", "_target", "_wake", "landed")
+    __slots__ = ("_event", "_lock", "_pump_due", "_target", "_wake", "landed", "pump", "reader",
+                 "total", "wakes")
 
     def __init__(self, wake: ThreadsafeCaller | None = None) -> None:
         #: ``(request, position)`` of every reply landed and not yet taken, in landing order.
         self.landed: collections.deque[tuple[Pending, int]] = collections.deque()
+        #: How many replies ever landed (taken or not): what a waiting ``recv`` counts.
+        self.total = 0
         self._lock = threading.Lock()
         self._target = math.inf
         self._event: anyio.Event | None = None
         self._wake = wake
+        #: Called soon in the loop's thread after replies land, while set (one call for the
+        #: replies that land before it runs).
+        self.pump: Callable[[], object] | None = None
+        self._pump_due = False
+        #: The cancel scope of a ``wait_arrivals`` that reads replies itself, while it does:
+        #: ``wake`` and ``refresh`` cancel it; ``wakes`` counts the wake-ups, to tell them
+        #: apart (it returns after a wake, and reads again after a refresh).
+        self.reader: anyio.CancelScope | None = None
+        self.wakes = 0
 
     def land(self, pending: Pending, position: int) -> None:
         """A reply landed (called in the event loop's thread)."""
         self.landed.append((pending, position))
-        if len(self.landed) >= self._target and self._event is not None:
+        self.total += 1
+        if self.total >= self._target and self._event is not None:
             self._event.set()
+        if self.pump is not None and not self._pump_due and self._wake is not None:
+            self._pump_due = True
+            self._wake(self._run_pump)
 
     def land_from_thread(self, pending: Pending, position: int) -> None:
         """A reply landed (called in any other thread): wakes the loop only when enough have."""
         with self._lock:
             self.landed.append((pending, position))
-            event = self._event if len(self.landed) >= self._target else None
+            self.total += 1
+            event = self._event if self.total >= self._target else None
             if event is not None:
                 self._event, self._target = None, math.inf
-        if event is not None and self._wake is not None:
+            pump = self.pump is not None and not self._pump_due
+            if pump:
+                self._pump_due = True
+        if self._wake is not None and (event is not None or pump):
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-                self._wake(event.set)
+                if event is not None:
+                    self._wake(event.set)
+                if pump:
+                    self._wake(self._run_pump)
+
+    def _run_pump(self) -> None:
+        with self._lock:
+            self._pump_due = False
+        pump = self.pump
+        if pump is not None:
+            pump()
+
+    def goal(self, count: int) -> int:
+        """The ``total`` at which ``count`` replies not taken yet have landed (those waiting in
+        ``landed`` count): a goal that holds however many are taken meanwhile."""
+        with self._lock:
+            return self.total - len(self.landed) + count
 
     async def wait(self, count: int) -> None:
-        """Return once at least ``count`` replies are waiting in ``landed`` (cancellable)."""
+        """Return once ``count`` replies not taken when called have landed (cancellable)."""
         with self._lock:
-            if len(self.landed) >= count:
+            goal = self.total - len(self.landed) + count
+            if self.total >= goal:
                 event = None
             else:
                 event = self._event = anyio.Event()
-                self._target = count
+                self._target = goal
         if event is None:
             await anyio.lowlevel.checkpoint()
             return
@@ -85,10 +124,20 @@ class Arrivals:
                 if self._event is event:
                     self._event, self._target = None, math.inf
 
+    def refresh(self) -> None:
+        """More requests were submitted: a ``wait_arrivals`` reading replies itself starts
+        reading their hosts too."""
+        if self.reader is not None:
+            self.reader.cancel()
+
     def wake(self) -> None:
-        """Wake the waiting ``recv`` now (the vector env is closing)."""
+        """Wake the waiting ``recv`` now (the vector env is closing, or what it waits for was
+        aborted): it returns from its wait early and looks again."""
+        self.wakes += 1
         if self._event is not None:
             self._event.set()
+        if self.reader is not None:
+            self.reader.cancel()
 
 
 class Pending(abc.ABC):
@@ -202,12 +251,26 @@ class Backend(abc.ABC):
         """
 
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
-        """Return once ``count`` replies of first-ready requests have landed (cancellable).
+        """Return once ``count`` replies of first-ready requests not taken when called have
+        landed (``Arrivals.wait``; cancellable).
 
         Backends whose replies need the waiting task to do the work (read sockets, run the
         sub-envs) override this.
         """
         await arrivals.wait(count)
+
+    def poll_arrivals(self) -> None:
+        """Deliver first-ready replies that came in and wait to be read, without waiting for
+        more. Only backends whose replies the waiting task reads have any (``wait_arrivals``)."""
+        return
+
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> None:
+        """The caller aborted these first-ready steps (``(request, position)`` each): stop
+        them where that harms no other sub-env. Whatever they still reply is never read, and
+        their sub-envs are reset before they step again, so a backend that cannot stop one
+        (a thread, a worker hosting others) lets it finish; a step not started yet may
+        still run."""
+        return
 
     def lost_envs(self) -> list[int]:
         """Sub-envs whose host is gone (dead worker, abandoned thread): only ``remake`` helps."""

@@ -24,7 +24,6 @@ batch (``send``/``recv``) takes the same path per sub-env: ``_receive``.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -42,7 +41,7 @@ from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._infos import merge_info
 from aiovec._core._observations import check_out, copy_into, copy_observations
 from aiovec._core._recovery import Recovery
-from aiovec._core._refusals import check_can_send, check_not_busy, check_nothing_owed
+from aiovec._core._refusals import check_not_busy, check_nothing_owed
 from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import BatchResults, Restarts
@@ -99,16 +98,21 @@ class Engine:
         if self._state is State.CLOSED:
             raise ClosedError(f"the vector env was closed during {operation}")
 
-    def _claim(self, operation: str) -> None:
-        """Refuse a second concurrent call; the claim lasts until its ``_finish_*``."""
+    def _claim(self, operation: str, env_indices: Sequence[int] = ()) -> None:
+        """Refuse a second concurrent call; the claim lasts until its ``_finish_*``.
+
+        A ``step`` is refused while any sub-env owes a first-ready result; a ``reset`` only
+        while one of its own sub-envs (``env_indices``) is queued or stepping (it drops
+        their results waiting for ``recv``): the others step on meanwhile.
+        """
         self._check_not_closed(operation)
         if self._in_flight is not None:
             check_not_busy(operation, self._in_flight.operation)
         if operation in ("step", "reset") and self._first_ready:
             first = self._first_ready
-            first.collect()  # a reset drops results waiting for recv: only stepping ones count
-            check_nothing_owed(operation, [*first.in_flight, *first.ready]
-                               if operation == "step" else first.in_flight)
+            first.collect()
+            check_nothing_owed(operation, first.owed(self._all_envs) if operation == "step"
+                               else first.stepping(env_indices))
 
     def _submit(
         self, op: Op, operation: str, env_indices: Sequence[int], payloads: Sequence[Any],
@@ -181,8 +185,6 @@ class Engine:
                    if env_index not in broken] if broken else range(len(indices))
         infos = self._results.store_resets(indices, replies, healthy, out)
         done = [indices[position] for position in healthy]
-        if self._first_ready:  # results still waiting for recv belong to the old episodes
-            self._first_ready.forget(done)
         for env_index in done:
             self._restart_notes.pop(env_index, None)
         self._health.reset_done(done)
@@ -262,55 +264,6 @@ class Engine:
             return result
         finally:
             self._release(in_flight)
-
-    def _submit_some(self, actions: Any, env_ids: Any, timeout: Timeout) -> None:
-        """``send``: check that sub-envs ``env_ids`` can take a step now, check their actions,
-        and submit them to the backend, each with its own deadline."""
-        self._check_not_closed("send")
-        seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
-        first = self._first_ready
-        ids = check_can_send(
-            env_ids, self.num_envs,
-            running=None if self._in_flight is None else self._in_flight.operation,
-            has_reset=(self._state is State.RUNNING and first is not None
-                       and self._health.has_reset),
-            owed=lambda ids: [] if first is None else first.owed(ids))
-        assert first is not None
-        needy = self._health.needing_reset(ids)
-        if needy:
-            raise ResetNeededError(
-                f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
-                "failed, or done with autoreset disabled)")
-        checker = self._checkers.of_size(len(ids))
-        batch = checker.check(actions, ids, copy=self._backend.keeps_actions)
-        payloads = batch if self._backend.takes_action_batches else checker.split(batch)
-        pending = self._backend.submit(Op.STEP, ids, payloads, first.arrivals)
-        deadline = None if seconds is None else anyio.current_time() + seconds
-        first.sent(pending, deadline, seconds)
-
-    async def _wait_for_results(self, first: FirstReady, count: int) -> None:
-        deadline = first.next_deadline()
-        if deadline == math.inf:
-            await self._backend.wait_arrivals(first.arrivals, count)
-            return
-        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-            await self._backend.wait_arrivals(first.arrivals, count)
-
-    def _give_up_on_late(self, first: FirstReady) -> None:
-        """Sub-envs past their deadline: reported as timed out, then discarded by the backend
-        (so the neighbours a killed worker took with it are received after them)."""
-        late = first.expire(anyio.current_time())
-        if not late:
-            return
-        self._counters.timeouts += len(late)
-        for env_index, seconds in late:
-            self._recovery.note_late([env_index], seconds)
-            error = EnvTimeoutError("step", [env_index], seconds)
-            first.ready[env_index] = Failure(env_index, "step", error,
-                                             f"step timed out after {seconds:g} s", "")
-        self._backend.discard([env_index for env_index, _ in late])
-        self._health.need_reset(self._backend.lost_envs())
-        first.collect()  # co-hosted sub-envs of a killed worker fail now
 
     async def _receive(self, first: FirstReady, env_ids: list[int]) -> StepBatch:
         replies = [first.ready[env_index] for env_index in env_ids]
@@ -530,7 +483,7 @@ class Engine:
 
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
-        self._results = BatchResults(spaces, buffers, n)
+        self._results = BatchResults(spaces, buffers, n, self.copy)
         self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
         self._all_envs = range(n)
 

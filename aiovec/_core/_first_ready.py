@@ -4,19 +4,30 @@
 (``Arrivals``) whenever it is done. ``recv`` takes the results in landing order, so a sub-env
 that finished first is received first: none is starved, none is stepped twice without a new
 action, and a result is removed only once the batch that carries it is complete.
+
+Under an in-flight cap (``max_in_flight``), sends beyond it wait in a queue, in send order,
+and are taken off it as room is made. A sub-env owes a result from its ``send`` until a
+``recv`` returns it or it is aborted, through these states::
+
+    QUEUED ──dispatched──▶ STEPPING ──landed──▶ READY ──recv──▶ (owes nothing)
+       └──────────────────────┴────────────────────┴──abort──▶ (owes nothing; needs a reset)
 """
 
 from __future__ import annotations
 
+import collections
 import math
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
+from gymnasium import Space
 
 from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._batching import take_rows
 from aiovec._core._requests import NO_REPLY
 
-__all__ = ["FirstReady", "Restarted", "StepBatch"]
+__all__ = ["FirstReady", "QueuedSend", "Restarted", "StepBatch"]
 
 
 class StepBatch(NamedTuple):
@@ -42,29 +53,68 @@ class Restarted(NamedTuple):
     reason: str
 
 
+class QueuedSend:
+    """A ``send`` waiting (what is left of it) for room under the in-flight cap."""
+
+    __slots__ = ("batch_of", "env_ids", "payloads", "taken", "timeout")
+
+    def __init__(self, env_ids: list[int], payloads: Any, timeout: float | None,
+                 batch_of: Space[Any] | None) -> None:
+        self.env_ids = env_ids
+        #: The checked actions: a batch of ``batch_of`` values (for a backend that takes
+        #: batches) or, when ``batch_of`` is None, a list of one action per sub-env; rows in
+        #: ``env_ids`` order.
+        self.payloads = payloads
+        self.batch_of = batch_of
+        #: Each sub-env's deadline, in seconds from when its step is dispatched.
+        self.timeout = timeout
+        #: How many of ``env_ids``, from the first, were taken off the queue.
+        self.taken = 0
+
+    def rows(self, rows: list[int]) -> Any:
+        """The actions of rows ``rows``, in the form ``payloads`` has."""
+        if len(rows) == len(self.env_ids):  # all of them (rows are taken in order)
+            return self.payloads
+        if self.batch_of is not None:
+            return take_rows(self.payloads, np.array(rows, dtype=np.intp), self.batch_of)
+        return [self.payloads[row] for row in rows]
+
+
 class FirstReady:
     """The sub-envs sent an action and not received yet, and their results."""
 
-    __slots__ = ("arrivals", "deadlines", "in_flight", "ready", "receiving")
+    __slots__ = ("arrivals", "clock", "deadlines", "in_flight", "queue", "queued", "ready",
+                 "receiving")
 
-    def __init__(self, arrivals: Arrivals) -> None:
+    def __init__(self, arrivals: Arrivals, clock: Callable[[], float]) -> None:
         self.arrivals = arrivals
+        #: The event loop's clock (``loop_clock``): deadlines are set in its callbacks too.
+        self.clock = clock
         #: env index -> (its request, its position there), until its result lands.
         self.in_flight: dict[int, tuple[Pending, int]] = {}
         #: env index -> (deadline on the loop's clock, the timeout it came from).
         self.deadlines: dict[int, tuple[float, float]] = {}
         #: env index -> its reply, in landing order, until a ``recv`` returns it.
         self.ready: dict[int, Any] = {}
+        #: env index -> the queued send it waits in, in send order (the in-flight cap).
+        self.queued: dict[int, QueuedSend] = {}
+        #: The queued sends, oldest first (some may hold only sub-envs dispatched or aborted).
+        self.queue: collections.deque[QueuedSend] = collections.deque()
         self.receiving = False
 
     def __len__(self) -> int:
         """How many sub-envs ``recv`` can still return without a new ``send``."""
-        return len(self.in_flight) + len(self.ready)
+        return len(self.in_flight) + len(self.ready) + len(self.queued)
 
-    def owed(self, env_ids: list[int]) -> list[int]:
-        """Those of ``env_ids`` still stepping or with a result not received yet."""
-        in_flight, ready = self.in_flight, self.ready
-        return [env for env in env_ids if env in in_flight or env in ready]
+    def owed(self, env_ids: Iterable[int]) -> list[int]:
+        """Those of ``env_ids`` queued, stepping or with a result not received yet."""
+        in_flight, ready, queued = self.in_flight, self.ready, self.queued
+        return [env for env in env_ids if env in in_flight or env in ready or env in queued]
+
+    def stepping(self, env_ids: Iterable[int]) -> list[int]:
+        """Those of ``env_ids`` queued or stepping (results waiting for ``recv`` aside)."""
+        in_flight, queued = self.in_flight, self.queued
+        return [env for env in env_ids if env in in_flight or env in queued]
 
     def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
         """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
@@ -74,6 +124,68 @@ class FirstReady:
         if deadline is not None and timeout is not None:
             for env_index in pending.env_indices:
                 self.deadlines[env_index] = (deadline, timeout)
+
+    def enqueue(self, env_ids: list[int], payloads: Any, timeout: float | None,
+                batch_of: Space[Any] | None) -> QueuedSend:
+        """Queue a send behind the earlier ones (``batch_of``: see ``QueuedSend``)."""
+        queued = QueuedSend(env_ids, payloads, timeout, batch_of)
+        self.queue.append(queued)
+        for env_index in env_ids:
+            self.queued[env_index] = queued
+        return queued
+
+    def take(self, room: float) -> list[tuple[QueuedSend, list[int]]]:
+        """Take up to ``room`` queued sub-envs off the queue, oldest first → each queued send
+        they came from with their rows in it."""
+        taken: list[tuple[QueuedSend, list[int]]] = []
+        queue, queued = self.queue, self.queued
+        while room > 0 and queue:
+            send = queue[0]
+            env_ids = send.env_ids
+            rows: list[int] = []
+            while send.taken < len(env_ids) and len(rows) < room:
+                row = send.taken
+                send.taken += 1
+                if queued.get(env_ids[row]) is send:  # else aborted meanwhile
+                    del queued[env_ids[row]]
+                    rows.append(row)
+            if send.taken == len(env_ids):
+                queue.popleft()
+            if rows:
+                taken.append((send, rows))
+                room -= len(rows)
+        return taken
+
+    def withdraw(self, send: QueuedSend) -> None:
+        """Take the newest queued send back whole (it could not be submitted)."""
+        if self.queue and self.queue[-1] is send:
+            self.queue.pop()
+        for env_index in send.env_ids:
+            if self.queued.get(env_index) is send:
+                del self.queued[env_index]
+
+    def abort(self, env_ids: Iterable[int]) -> tuple[list[int], list[tuple[Pending, int]]]:
+        """Forget what ``env_ids`` owe (collect first) → the sub-envs that owed anything, and
+        the dispatched steps among it (``(request, position)``) whose results have not landed."""
+        owed: list[int] = []
+        steps: list[tuple[Pending, int]] = []
+        in_flight, ready, queued = self.in_flight, self.ready, self.queued
+        for env_index in env_ids:
+            if env_index in queued:
+                del queued[env_index]
+            elif env_index in in_flight:
+                pending, position = in_flight.pop(env_index)
+                self.deadlines.pop(env_index, None)
+                if pending.replies[position] is NO_REPLY:
+                    steps.append((pending, position))
+            elif env_index in ready:
+                del ready[env_index]
+            else:
+                continue
+            owed.append(env_index)
+        if not queued:
+            self.queue.clear()
+        return owed, steps
 
     def collect(self) -> None:
         """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on,

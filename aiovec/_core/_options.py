@@ -49,6 +49,10 @@ class SharedOptions(_Options, total=False):
     max_concurrency: int | None
     """At most this many sub-envs execute at once (Gymnasium's meaning); ``None`` (default):
     no cap."""
+    max_in_flight: int | None
+    """At most this many sub-envs step at once among first-ready sends (``send``); sends
+    past it wait in a queue, and their deadline starts when they are dispatched. Settable
+    later (``envs.max_in_flight``); ``None`` (default): no cap."""
     num_workers: int | None
     """Worker processes (process backend) or actors (Ray) hosting the sub-envs; ``None``
     (default): one per usable CPU."""
@@ -104,7 +108,7 @@ class ParallelOptions(SharedOptions, _EpisodeOptions, total=False):
 #: Each keyword's default.
 DEFAULTS: Final[AsyncVectorOptions] = {
     "backend": "auto", "timeout": None, "close_timeout": 10.0, "restart": None,
-    "max_concurrency": None, "num_workers": None, "start_method": None,
+    "max_concurrency": None, "max_in_flight": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None,
     "batch_size": None, "validate_actions": False,
     "autoreset_mode": AutoresetMode.NEXT_STEP, "copy": True, "observation_mode": "same",

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
+import numpy as np
+
 from aiovec._core._arguments import check_env_ids
 from aiovec._exceptions import BusyError, NothingSentError, ResetNeededError
 
-__all__ = ["check_can_recv", "check_can_send", "check_not_busy", "check_nothing_owed"]
+__all__ = ["check_can_abort", "check_can_recv", "check_can_send", "check_not_busy",
+           "check_nothing_owed"]
 
 
 def check_not_busy(operation: str, running: str | None) -> None:
@@ -29,7 +32,8 @@ def check_nothing_owed(operation: str, owed: Collection[int]) -> None:
     with ``send`` and their results not received yet."""
     if owed:
         raise BusyError(f"cannot {operation}: sub-env(s) {sorted(owed)} were sent actions with "
-                        "send() and their results were not received; recv() them first")
+                        "send() and their results were not received; recv() (or abort()) "
+                        "them first")
 
 
 def check_can_send(env_ids: Any, num_envs: int, *, running: str | None, has_reset: bool,
@@ -59,3 +63,14 @@ def check_can_recv(*, running: str | None, anything_owed: bool) -> None:
         raise NothingSentError("nothing to receive: no sub-env was sent an action (send() "
                                "first), or every result was received already")
     check_not_busy("recv", running)
+
+
+def check_can_abort(env_ids: Any, num_envs: int, *, running: str | None) -> list[int]:
+    """``abort``'s preconditions → the sub-envs ``env_ids`` names (``None``: all; an empty
+    sequence: none). Refused, in this order: while another call runs (``running``; a
+    ``recv`` does not count), ``BusyError``; a bad ``env_ids``, ``ValueError`` (as
+    ``send``'s)."""
+    check_not_busy("abort", running)
+    if env_ids is not None and np.ndim(env_ids) == 1 and np.size(env_ids) == 0:
+        return []
+    return check_env_ids(env_ids, num_envs)

@@ -14,7 +14,6 @@ caller copies unless ``copy=False``.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +21,10 @@ import numpy as np
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
+from aiovec._core._batching import concatenate_afresh, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._infos import PackedInfos, merge_info, splice_infos
-from aiovec._core._observations import misfit_failure, read_row, take_rows
+from aiovec._core._observations import copy_observations, misfit_failure, read_row
 from aiovec._core._requests import BatchBuffers, Failure
 from aiovec._core._spaces import VectorSpaces
 
@@ -38,9 +38,12 @@ class BatchResults:
     """The reusable batch arrays of one vector env, filled from its sub-envs' replies."""
 
     def __init__(self, spaces: VectorSpaces, buffers: BatchBuffers | None,
-                 num_envs: int) -> None:
+                 num_envs: int, copy: bool = True) -> None:
         self.num_envs = num_envs
         self.space = spaces.single_observation_space
+        #: First-ready batches hand the caller copies of the objects the sub-envs returned
+        #: (the vector env's ``copy``; arrays are new in every batch anyway).
+        self.copy = copy
         self.in_place = buffers is not None
         #: Each sub-env's ``np_random_seed`` as of its last reset.
         self.np_random_seeds: list[int | None] = [None] * num_envs
@@ -203,22 +206,26 @@ class BatchResults:
         if self.misfits:
             self.misfits = []
         env_obs = self.env_obs
-        candidates, fresh = [], []
-        for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
-            if env_index in restarted:
-                reset = restarted[env_index][0]
-                candidates.append(env_obs[env_index] if reset is None else reset[0])
-            elif env_index in broken:
-                candidates.append(env_obs[env_index])
-            else:
-                candidates.append(reply[0])
-                fresh.append(position)
-        buffer: Any = create_empty_array(self.space, len(env_ids), np.zeros)
+        candidates: list[Any] = []
+        fresh: Sequence[int]
+        if broken or restarted:
+            fresh = []
+            for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
+                if env_index in restarted:
+                    reset = restarted[env_index][0]
+                    candidates.append(env_obs[env_index] if reset is None else reset[0])
+                elif env_index in broken:
+                    candidates.append(env_obs[env_index])
+                else:
+                    candidates.append(reply[0])
+                    fresh.append(position)
+        else:
+            candidates, fresh = [reply[0] for reply in replies], range(len(replies))
         try:
-            return concatenate(self.space, candidates, buffer)
+            return concatenate_afresh(self.space, candidates)
         except Exception as error:  # which ones? one at a time, off the hot path
             kept = self._without_misfits("step", candidates, fresh, error, env_ids)
-            return concatenate(self.space, kept, buffer)
+            return concatenate_afresh(self.space, kept)
 
     def batch_into(self, out: Any) -> None:
         """Not in place: concatenate the sub-envs' observations into the batch array, or
@@ -226,14 +233,22 @@ class BatchResults:
         every full batch is concatenated afresh, so the batch array is never read stale."""
         self._concatenate(self.env_obs, out)
 
-    def _store(self, env_index: int, reply: Any) -> tuple[Any, Any]:
-        """Keep a sub-env's step outcome (not in place) → its ``(info, final)``."""
-        obs, reward, terminated, truncated, info, final = reply
-        self.env_obs[env_index] = obs
-        self.rewards[env_index] = reward
-        self.terminations[env_index] = terminated
-        self.truncations[env_index] = truncated
-        return info, final
+    def _store_rows(self, ids: np.ndarray[Any, np.dtype[np.intp]], replies: list[Any],
+                    stepped: Sequence[int]) -> list[tuple[Any, Any]]:
+        """Keep the step outcomes at positions ``stepped`` of ``replies`` (for sub-envs
+        ``ids``; not in place), a column at a time → each one's ``(info, final)``."""
+        if len(stepped) < len(replies):
+            replies, ids = [replies[position] for position in stepped], ids[list(stepped)]
+        if not replies:
+            return []
+        observations, rewards, terminations, truncations, infos, finals = zip(*replies)
+        self.rewards[ids] = rewards
+        self.terminations[ids] = terminations
+        self.truncations[ids] = truncations
+        env_obs = self.env_obs
+        for env_index, observation in zip(ids.tolist(), observations):
+            env_obs[env_index] = observation
+        return list(zip(infos, finals))
 
     def _zero(self, env_indices: list[int]) -> None:
         self.rewards[env_indices] = 0.0
@@ -244,7 +259,7 @@ class BatchResults:
         """A private copy of sub-env ``env_index``'s current observation."""
         if self.in_place:
             return read_row(self.observations, env_index)
-        return copy.deepcopy(self.env_obs[env_index])
+        return copy_observations(self.env_obs[env_index])
 
     def apply_restarts(self, restarted: Restarts, previous: dict[int, Any],
                        infos: dict[str, Any], positions: dict[int, int] | None = None,
@@ -286,26 +301,32 @@ class BatchResults:
         refused: set[int] = set()
         if not self.in_place:  # batched first: an observation that does not fit is refused
             observations = self._batch_of(env_ids, replies, broken, restarted)
+            if self.copy:
+                observations = copy_observations(observations, arrays=False)
             refused = {failure.env_index for failure in self.misfits}
-        for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
-            if env_index in restarted or env_index in broken or env_index in refused:
-                continue
-            if self.in_place:
-                info, final = (None, None) if reply is None else reply
-            else:
-                info, final = self._store(env_index, reply)
+        stepped: Sequence[int] = range(size)
+        if broken or restarted or refused:
+            stepped = [position for position, env_index in enumerate(env_ids)
+                       if env_index not in restarted and env_index not in broken
+                       and env_index not in refused]
+        if self.in_place:
+            outcomes = [(None, None) if replies[position] is None else replies[position]
+                        for position in stepped]
+        else:
+            outcomes = self._store_rows(ids, replies, stepped)
+        for position, (info, final) in zip(stepped, outcomes):
             if final is not None:
                 merge_info(infos, final, position, size)
             if info:
                 merge_info(infos, info, position, size)
-            if notes and env_index in notes:
-                merge_info(infos, {"restart": notes.pop(env_index)}, position, size)
+            if notes and env_ids[position] in notes:
+                merge_info(infos, {"restart": notes.pop(env_ids[position])}, position, size)
         if broken or refused:
             self._zero([*broken, *refused])
         if restarted:
             positions = {env_index: position for position, env_index in enumerate(env_ids)}
             self.apply_restarts(restarted, previous, infos, positions)
         if self.in_place:
-            observations = take_rows(self.observations, ids)
+            observations = take_rows(self.observations, ids, self.space)
         return StepBatch(observations, self.rewards[ids], self.terminations[ids],
                          self.truncations[ids], infos, ids)

@@ -9,8 +9,8 @@ from typing import Any
 from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from aiovec._core._batching import batch_differing_spaces, batch_space
 from aiovec._core._requests import EnvDescription
 
 __all__ = ["ObservationMode", "VectorSpaces", "resolve_spaces"]

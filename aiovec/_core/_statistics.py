@@ -57,6 +57,7 @@ class Counters:
     errors: int = 0
     timeouts: int = 0
     restarts: int = 0
+    aborts: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class Statistics:
     ``cleanups_failed`` count the sub-envs' registered cleanups (``aiovec.register_cleanup``)
     that completed, and that raised or overran their bound; ``step_latency`` has one
     ``LatencySummary`` per sub-env (an exact step count, sampled durations); ``backend`` and
-    ``backend_reason`` say where the sub-envs run and why (what ``"auto"`` measured).
+    ``backend_reason`` say where the sub-envs run and why (what ``"auto"`` measured);
+    ``aborts`` counts sub-envs whose first-ready step (queued, stepping or waiting for
+    ``recv``) was dropped by ``abort`` (not errors, timeouts nor restarts).
     """
 
     steps: int
@@ -107,6 +110,7 @@ class Statistics:
     cleanups_failed: int = 0
     backend: str = ""
     backend_reason: str = ""
+    aborts: int = 0
 
 
 class StepCounts:

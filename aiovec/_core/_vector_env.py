@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import warnings
 import weakref
@@ -15,12 +16,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aiovec._core._arguments import check_count, check_env_fns, check_timeout
+from aiovec._core._arguments import check_count, check_env_fns, check_recv_bounds, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
-from aiovec._core._backend import Arrivals
-from aiovec._core._engine import BoolArray, Engine, State, StepResult
+from aiovec._core._engine import BoolArray, State, StepResult
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
+from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
 from aiovec._core._health import Health
 from aiovec._core._in_flight import (
     START_TIMEOUT,
@@ -29,11 +30,9 @@ from aiovec._core._in_flight import (
     Timeout,
     checked_timeout,
 )
-from aiovec._core._loop_wakeup import threadsafe_caller
 from aiovec._core._observations import check_out
 from aiovec._core._options import AsyncVectorOptions, takes_options, with_defaults
 from aiovec._core._recovery import Recovery
-from aiovec._core._refusals import check_can_recv
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
@@ -44,11 +43,7 @@ from aiovec._core._spaces import (
     resolve_spaces,
 )
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
-from aiovec._exceptions import (
-    BusyError,
-    NotStartedError,
-    SubEnvErrorGroup,
-)
+from aiovec._exceptions import BusyError, NotStartedError, SubEnvErrorGroup
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -73,7 +68,7 @@ def _close_left_running() -> None:
             envs._close_unclosed()
 
 
-class AsyncVectorEnv(Engine):
+class AsyncVectorEnv(FirstReadyCalls):
     """Runs ``len(env_fns)`` sub-envs concurrently behind an awaitable, Gymnasium-shaped API.
 
     ``reset``, ``step``, ``call``, ``get_attr``, ``set_attr`` and ``render`` are coroutines
@@ -97,7 +92,9 @@ class AsyncVectorEnv(Engine):
     ``max_concurrency`` caps how many sub-envs execute at once (Gymnasium's meaning; on the
     process and Ray backends, by starting at most that many workers).
     ``send``/``recv`` step sub-envs on their own and return the first ``batch_size`` to
-    finish (``async for batch in envs.batches()`` too).
+    finish (``async for batch in envs.batches()`` too), or whatever is ready within a wait
+    (``min_size``, ``wait``); ``max_in_flight`` caps how many step at once (movable while
+    running) and ``abort`` cancels chosen sub-envs' steps.
 
     Actions are checked for batch size, shape and dtype before anything is sent;
     ``validate_actions=True`` also refuses any action outside the action space (say, 5 for
@@ -137,6 +134,7 @@ class AsyncVectorEnv(Engine):
             "address": given["address"], "actor_options": given["actor_options"]}
         self._selection = BackendSelection(given["backend"], env_fns, backend_options,
                                            self.autoreset_mode)
+        self._max_in_flight = check_count(given["max_in_flight"], "max_in_flight")
         self.spec: gym.envs.registration.EnvSpec | None = None
         self._state = State.CREATED
         self._in_flight: InFlight | None = None
@@ -218,7 +216,7 @@ class AsyncVectorEnv(Engine):
                     await self._backend.aclose(self.close_timeout)
             raise
         self._in_flight = None
-        self._first_ready = FirstReady(Arrivals(threadsafe_caller()))
+        self._open_first_ready()
         self._metadata = dict(descriptions[0].metadata)
         self._metadata["autoreset_mode"] = self.autoreset_mode
         self._render_mode = descriptions[0].render_mode
@@ -308,7 +306,7 @@ class AsyncVectorEnv(Engine):
             cleanups_run=self._backend.cleanups.run,
             cleanups_failed=self._backend.cleanups.failed,
             backend=self.backend_name, backend_reason=self.backend_reason,
-        )
+            aborts=counters.aborts)
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
         latencies, counts = self._backend.latencies, self._step_counts
@@ -408,6 +406,8 @@ class AsyncVectorEnv(Engine):
         """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``.
 
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
+        Other sub-envs may be stepping after ``send`` meanwhile; a sub-env reset must not be
+        (``BusyError``), and its results still waiting for ``recv`` are dropped.
         ``out``: as for ``step`` (the whole batch is written, reset or not).
         """
         timeout = checked_timeout(timeout)
@@ -465,48 +465,61 @@ class AsyncVectorEnv(Engine):
 
         ``actions`` is a batch for ``len(env_ids)`` sub-envs, checked like ``step``'s. Each
         sub-env's ``timeout`` runs from now (with ``max_concurrency``, waiting for a turn
-        counts). A sub-env cannot be sent a second action before its result was received, and
-        ``step``/``reset`` refuse to run while results are owed (both ``BusyError``).
+        counts; past ``max_in_flight``, it runs from when its step leaves the queue). A
+        sub-env cannot be sent a second action before its result was received, and ``step``
+        refuses to run while results are owed (both ``BusyError``).
         """
         self._submit_some(actions, env_ids, timeout)
 
-    async def recv(self, *, batch_size: int | None = None) -> StepBatch:
-        """The results of the first ``batch_size`` sub-envs to finish since ``send``
-        (default: the constructor's ``batch_size``; fewer if fewer were sent).
+    async def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+                   wait: float | None = None) -> StepBatch:
+        """The results of the first sub-envs to finish since ``send``: at most ``batch_size``
+        (default: the constructor's ``batch_size``).
+
+        By default it waits for a full batch (fewer only if fewer are owed). With
+        ``min_size`` (1 to ``batch_size``) it returns as soon as ``batch_size`` are ready,
+        or once ``min_size`` are and ``wait`` seconds (default 0: no wait) have passed since
+        it was called: whatever is ready, never fewer than ``min_size`` unless fewer are
+        owed. ``wait`` alone means ``min_size=1``. Sends made while it waits are left to the
+        next ``recv``; if every result owed is aborted meanwhile, ``NothingSentError``.
 
         Cancelling ``recv`` loses nothing: results that land meanwhile wait for the next one.
         A failed, timed-out or restarted sub-env is reported as ``step`` reports it, the
         batch's healthy results on the error as ``partial_result``.
         """
         self._check_not_closed("recv")
-        first = self._first_ready
-        size = self.batch_size if batch_size is None else check_count(
-            batch_size, "batch_size", self.num_envs)
-        check_can_recv(running="recv" if first is not None and first.receiving else None,
-                       anything_owed=bool(first))
-        assert first is not None
-        assert size is not None
-        first.receiving = True
-        try:
-            first.collect()
-            needed = min(size, len(first))
-            while len(first.ready) < needed:
-                await self._wait_for_results(first, needed - len(first.ready))
-                self._check_open("recv")
-                first.collect()
-                self._give_up_on_late(first)
-            return await self._receive(first, first.first(needed))
-        finally:
-            first.receiving = False
+        bounds = check_recv_bounds(batch_size, min_size, wait,
+                                   default_batch_size=self.batch_size, num_envs=self.num_envs)
+        return await self._recv_some(bounds)
 
-    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[StepBatch]:
-        """``recv`` batches as they complete, until nothing sent is left to receive.
+    async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
+                      wait: float | None = None) -> AsyncIterator[StepBatch]:
+        """``recv`` batches (same arguments) as they complete, until nothing sent is left to
+        receive.
 
         ``async for batch in envs.batches(): envs.send(policy(batch.observations),
         batch.env_ids)`` keeps every sub-env busy; stop sending to end the loop.
         """
-        while self._first_ready:
-            yield await self.recv(batch_size=batch_size)
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
+                          num_envs=self.num_envs)
+        async for batch in received_batches(
+                functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
+                                  wait=wait), lambda: bool(self._first_ready)):
+            yield batch
+
+    def abort(self, env_ids: Any) -> None:
+        """Cancel the outstanding first-ready steps of sub-envs ``env_ids`` (``None``: all;
+        an empty sequence: none) and return at once: nothing they return is ever received.
+
+        A queued step (``max_in_flight``) is dropped; a running one is cancelled where the
+        backend can (the async backend cancels its coroutine), else left to finish, its
+        result thrown away (no worker hosting others is stopped); a result waiting for
+        ``recv`` is dropped. Each sub-env that owed anything then needs a reset, which may
+        run while others step (``reset(options={"reset_mask": mask})``); counted in
+        ``statistics().aborts``, not as a failure, timeout or restart. Refused before
+        anything is dropped: a bad ``env_ids`` as ``send``'s, and while another call runs.
+        """
+        self._abort_some(env_ids)
 
     # ------------------------------------------------------------------ submitting calls
     # The ``_submit_*`` that need the vector env started; the rest, and every ``_finish_*``,
@@ -525,13 +538,15 @@ class AsyncVectorEnv(Engine):
         seeds = per_env_seeds(seed, self.num_envs)
         reset_mask, env_options = split_reset_mask(options, self.num_envs)
         await self._ensure_started()
-        self._claim("reset")
-        if out is not None:
-            check_out(out, self._results.observations)
         if reset_mask is None:
             indices: Sequence[int] = self._all_envs
         else:
             indices = np.flatnonzero(reset_mask).tolist()
+        self._claim("reset", indices)
+        if out is not None:
+            check_out(out, self._results.observations)
+        if self._first_ready:  # results still waiting for recv belong to the old episodes
+            self._first_ready.forget(indices)
         payloads = [(seeds[index], env_options) for index in indices]
         lost = set(self._backend.lost_envs()).union(self._health.unmade).intersection(indices)
         if lost:  # made afresh first, under the reset's deadline

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
 
-from aiovec._core._arguments import check_env_ids
+from aiovec._core._arguments import check_env_ids, check_recv_bounds
+from aiovec._core._batching import batch_space, take_rows
 from aiovec._core._first_ready import StepBatch
+from aiovec._core._first_ready_calls import received_batches
 from aiovec._core._in_flight import (
     START_TIMEOUT,
     USE_DEFAULT,
@@ -359,11 +360,13 @@ class AsyncParallelVectorEnv:
         ids = check_env_ids(env_ids, self.num_envs)
         self._env.send(self._full_actions(actions, ids), ids, timeout=timeout)
 
-    async def recv(self, *, batch_size: int | None = None) -> ParallelStepBatch:
-        """The per-agent results of the first ``batch_size`` sub-envs to finish since
-        ``send``; failures, timeouts and restarts as ``step`` reports them."""
+    async def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+                   wait: float | None = None) -> ParallelStepBatch:
+        """The per-agent results of the first sub-envs to finish since ``send``, at most
+        ``batch_size``, within ``min_size`` and ``wait`` as ``AsyncVectorEnv.recv``;
+        failures, timeouts and restarts as ``step`` reports them."""
         try:
-            batch = await self._env.recv(batch_size=batch_size)
+            batch = await self._env.recv(batch_size=batch_size, min_size=min_size, wait=wait)
         except (SubEnvErrorGroup, EnvTimeoutError) as error:
             partial = error.partial_result
             if isinstance(partial, StepBatch):
@@ -374,10 +377,45 @@ class AsyncParallelVectorEnv:
         return ParallelStepBatch(*self._unpack_step(batch, env_ids=batch.env_ids),
                                  batch.env_ids)
 
-    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[ParallelStepBatch]:
+    async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
+                      wait: float | None = None) -> AsyncIterator[ParallelStepBatch]:
         """``recv`` batches as they complete, until nothing sent is left to receive."""
-        while self._env._first_ready:
-            yield await self.recv(batch_size=batch_size)
+        env = self._env
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=env.batch_size,
+                          num_envs=env.num_envs)
+        async for batch in received_batches(
+                functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
+                                  wait=wait), lambda: bool(env._first_ready)):
+            yield batch
+
+    def abort(self, env_ids: Any) -> None:
+        """Cancel sub-envs' outstanding first-ready steps; see ``AsyncVectorEnv.abort``."""
+        self._env.abort(env_ids)
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """At most this many sub-envs step at once among first-ready sends; settable. See
+        ``AsyncVectorEnv.max_in_flight``."""
+        return self._env.max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None:
+        self._env.max_in_flight = value
+
+    @property
+    def num_stepping(self) -> int:
+        """How many sub-envs sent an action are stepping now."""
+        return self._env.num_stepping
+
+    @property
+    def num_queued(self) -> int:
+        """How many sub-envs sent an action wait for room under ``max_in_flight``."""
+        return self._env.num_queued
+
+    @property
+    def num_ready(self) -> int:
+        """How many results landed and wait for ``recv``."""
+        return self._env.num_ready
 
     def _ordered(self, by_agent: dict[AgentID, Any]) -> dict[AgentID, Any]:
         """``by_agent`` in ``possible_agents`` order (spaces.Dict sorts its keys)."""
@@ -423,17 +461,9 @@ class AsyncParallelVectorEnv:
                         where = np.intersect1d(where, env_ids)
                     raise ValueError(f"actions: no actions for {agent!r}, which acts in "
                                      f"sub-envs {where.tolist()}")
-                full[agent] = _take_rows(self._idle_actions[agent], rows)
+                full[agent] = take_rows(self._idle_actions[agent], rows,
+                                        self._agent_action_spaces[agent])
         return full
-
-
-def _take_rows(batch: Any, rows: Any) -> Any:
-    """Rows ``rows`` of a batch (an array, or a dict or tuple of them)."""
-    if isinstance(batch, dict):
-        return {key: _take_rows(value, rows) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_take_rows(value, rows) for value in batch)
-    return batch[rows]
 
 
 def _idle_batch(space: spaces.Space[Any], num_envs: int) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from aiovec._core._batching import batches_into_rows
 from aiovec._exceptions import (
     BusyError,
     EnvTimeoutError,
@@ -25,11 +26,15 @@ __all__ = ["arrays_of", "infos_of", "refusal", "rejection", "rows_of"]
 
 
 def arrays_of(value: Any, space: spaces.Space[Any]) -> Any:
-    """Decoded values as the arrays (dicts, tuples of arrays) of batched ``space``."""
+    """A decoded batch of values of ``space`` (one sub-env's) as the local env batches them:
+    arrays of its dtype, a tuple of rows (``Text``, ``aiovec.ObjectSpace``, ...), or dicts
+    and tuples of those."""
     if isinstance(space, spaces.Dict):
         return {key: arrays_of(value[key], sub) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return tuple(arrays_of(item, sub) for item, sub in zip(value, space.spaces))
+    if batches_into_rows(space):
+        return tuple(value)
     return np.asarray(value, dtype=space.dtype)
 
 
@@ -82,9 +87,8 @@ def refusal(reply: Mapping[str, Any], operation: str,
 
 
 def rows_of(part: Any, rows: list[int]) -> Any:
-    """Rows ``rows`` of a batch's part (an array, or a dict or tuple of them)."""
+    """Rows ``rows`` of a batch's rewards, episode ends, ids or infos (an array, or a dict of
+    them); its observations: ``_core._batching.take_rows``."""
     if isinstance(part, dict):
         return {key: rows_of(value, rows) for key, value in part.items()}
-    if isinstance(part, tuple):
-        return tuple(rows_of(value, rows) for value in part)
     return part[rows] if isinstance(part, np.ndarray) else part

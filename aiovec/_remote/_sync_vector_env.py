@@ -108,10 +108,13 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         self._remote.send(actions, env_ids, timeout=USE_DEFAULT if timeout is None else timeout)
         self._driver.run(self._remote._flush_queued)
 
-    def recv(self, *, batch_size: int | None = None) -> StepBatch:
-        """The first ``batch_size`` results to land; see ``AsyncRemoteVectorEnv.recv``."""
+    def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+             wait: float | None = None) -> StepBatch:
+        """The first results to land, within ``batch_size``, ``min_size`` and ``wait``; see
+        ``AsyncRemoteVectorEnv.recv``."""
         self._begin_call("recv")
-        return self._driver.run(self._remote.recv, batch_size=batch_size)
+        return self._driver.run(self._remote.recv, batch_size=batch_size, min_size=min_size,
+                                wait=wait)
 
     def _begin_call(self, method: str) -> None:
         """Refuse ``method`` once closed, or while a ``*_async`` call awaits its ``*_wait``."""

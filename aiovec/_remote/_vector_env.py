@@ -23,10 +23,10 @@ from typing import Any, Literal
 import anyio
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionCheckers
-from aiovec._core._arguments import check_count, check_timeout
+from aiovec._core._arguments import check_recv_bounds, check_timeout
+from aiovec._core._batching import batch_space, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._refusals import (
@@ -230,22 +230,30 @@ class AsyncRemoteVectorEnv:
         self._queued.append(message)
         self._owed.update(ids)
 
-    async def recv(self, *, batch_size: int | None = None) -> StepBatch:
-        """The results of the first ``batch_size`` sub-envs to finish since ``send``
-        (default: the served session's), as ``AsyncVectorEnv.recv``: a ``StepBatch``.
+    async def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+                   wait: float | None = None) -> StepBatch:
+        """The results of the first sub-envs to finish since ``send``, at most ``batch_size``
+        (default: the served session's), within ``min_size`` and ``wait`` (seconds, on the
+        server), as ``AsyncVectorEnv.recv``: a ``StepBatch``.
 
         Cancelling it loses nothing (a batch whose answer was already on its way waits for
         the next ``recv``). A failed or timed-out sub-env raises as ``step`` does (the other
         results of that batch stay on the server's side of the error)."""
         self._raise_deferred()
         self._check_open("recv")
-        size = check_count(batch_size, "batch_size", self.num_envs)
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.num_envs,
+                          num_envs=self.num_envs)
+        bounds: dict[str, Any] = {"batch_size": batch_size}  # what was given: checked
+        if min_size is not None:
+            bounds["min_size"] = int(min_size)
+        if wait is not None:
+            bounds["wait"] = float(wait)
         if self._stashed:  # a cancelled recv's batch that came all the same: it waited here
             batch = self._stashed.pop(0)
             self._forget(batch.env_ids.tolist())
             return batch
         check_can_recv(running=self._running, anything_owed=bool(self._owed))
-        call = self._begin("recv", {"batch_size": size}, None, tell_server=False)
+        call = self._begin("recv", bounds, None, tell_server=False)
         started = await self._start(call)  # queued sends first: then every deadline is known
         dues = [self._due.get(env_index) for env_index in self._owed]
         # The server gives up on a late sub-env at its deadline: past the latest one, wait
@@ -269,11 +277,14 @@ class AsyncRemoteVectorEnv:
         observations, rewards, terminations, truncations, infos = self._step_result(reply)
         return StepBatch(observations, rewards, terminations, truncations, infos, env_ids)
 
-    async def batches(self, *, batch_size: int | None = None) -> AsyncIterator[StepBatch]:
-        """``recv`` batches as they complete, until nothing sent is left to receive (as
-        ``AsyncVectorEnv.batches``)."""
+    async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
+                      wait: float | None = None) -> AsyncIterator[StepBatch]:
+        """``recv`` batches (same arguments) as they complete, until nothing sent is left to
+        receive (as ``AsyncVectorEnv.batches``)."""
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.num_envs,
+                          num_envs=self.num_envs)
         while self._owed:
-            yield await self.recv(batch_size=batch_size)
+            yield await self.recv(batch_size=batch_size, min_size=min_size, wait=wait)
 
     # ------------------------------------------------------------------ calls, in two phases
 
@@ -308,7 +319,8 @@ class AsyncRemoteVectorEnv:
             raise refusal(reply, call.op, call.deadline)
         self._has_reset = True
         self._drop_waiting(call.reset_ids)
-        return arrays_of(reply["observations"], self.observation_space), infos_of(reply["infos"])
+        return (arrays_of(reply["observations"], self.single_observation_space),
+                infos_of(reply["infos"]))
 
     def _drop_waiting(self, env_ids: list[int]) -> None:
         """Sub-envs reset: they owe nothing, and their stashed results are dropped."""
@@ -319,7 +331,9 @@ class AsyncRemoteVectorEnv:
             rows = [row for row, index in enumerate(batch.env_ids.tolist())
                     if index not in dropped]
             if rows:
-                kept.append(StepBatch(*(rows_of(part, rows) for part in batch)))
+                kept.append(StepBatch(
+                    take_rows(batch.observations, rows, self.single_observation_space),
+                    *(rows_of(part, rows) for part in batch[1:])))
         self._stashed = kept
 
     def _begin_step(self, actions: Any, timeout: Timeout) -> _Call:
@@ -333,7 +347,7 @@ class AsyncRemoteVectorEnv:
     def _step_result(self, reply: dict[str, Any]
                      ) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any],
                                 np.ndarray[Any, Any], dict[str, Any]]:
-        return (arrays_of(reply["observations"], self.observation_space),
+        return (arrays_of(reply["observations"], self.single_observation_space),
                 np.asarray(reply["rewards"], dtype=np.float64),
                 np.asarray(reply["terminations"], dtype=np.bool_),
                 np.asarray(reply["truncations"], dtype=np.bool_), infos_of(reply["infos"]))

@@ -66,7 +66,8 @@ def openapi_document(env_ids: list[str], codes: list[str]) -> dict[str, Any]:
                 "summary": "Start stepping: {actions, env_ids: [int] | null, timeout: seconds | "
                            "null}", **operate}},
             "/sessions/{session_id}/recv": {"post": {
-                "summary": "The first-ready results: {batch_size: int | null}", **operate}},
+                "summary": "The first-ready results: {batch_size: int | null, min_size: int | "
+                           "null, wait: seconds | null}", **operate}},
         },
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["error", "detail"], "properties": {

@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from aiovec._core._actions import accepted_kinds
 from aiovec._core._arguments import check_timeout
+from aiovec._core._batching import batches_into_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, CallerDeadline, Timeout
 from aiovec._exceptions import EnvTimeoutError, SubEnvErrorGroup
@@ -35,24 +36,26 @@ __all__ = ["OPERATIONS", "Operation", "actions_from", "prepare", "restarts_in"]
 Operation = Callable[[Session, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def actions_from(value: Any, space: spaces.Space[Any], single: spaces.Space[Any]) -> Any:
-    """A decoded batch of actions as the arrays ``space`` (the batched action space; one
-    sub-env's is ``single``) takes: nested lists become arrays; Dict and Tuple spaces keep
-    their structure."""
-    if isinstance(space, spaces.Dict):
-        if not isinstance(value, Mapping) or set(value) != set(space.spaces):
+def actions_from(value: Any, single: spaces.Space[Any]) -> Any:
+    """A decoded batch of actions for sub-envs whose action space is ``single``, as a local
+    caller would pass it: nested lists become arrays; Dict and Tuple spaces keep their
+    structure; a batch of spaces batched into rows (``Text``, ``aiovec.ObjectSpace``, ...)
+    is the list of the values, one per sub-env."""
+    if isinstance(single, spaces.Dict):
+        if not isinstance(value, Mapping) or set(value) != set(single.spaces):
             raise ServeError("invalid", f"actions: expected an object with keys "
-                             f"{sorted(space.spaces)}")
-        assert isinstance(single, spaces.Dict)
-        return {key: actions_from(value[key], sub, single.spaces[key])
-                for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
-            raise ServeError("invalid", f"actions: expected a list of {len(space.spaces)} "
+                             f"{sorted(single.spaces)}")
+        return {key: actions_from(value[key], sub) for key, sub in single.spaces.items()}
+    if isinstance(single, spaces.Tuple):
+        if not isinstance(value, (list, tuple)) or len(value) != len(single.spaces):
+            raise ServeError("invalid", f"actions: expected a list of {len(single.spaces)} "
                              "batches, one per part of the Tuple space")
-        assert isinstance(single, spaces.Tuple)
-        return tuple(actions_from(item, sub, one)
-                     for item, sub, one in zip(value, space.spaces, single.spaces))
+        return tuple(actions_from(item, sub) for item, sub in zip(value, single.spaces))
+    if batches_into_rows(single):
+        if not isinstance(value, list):
+            raise ServeError("invalid", f"actions: expected a list of actions, one per "
+                             f"sub-env, for {single}")
+        return value
     if isinstance(value, np.ndarray):  # from a binary frame: its dtype is the client's
         return _in_dtype_of(value, single, typeless=False) if value.dtype.kind != "O" else value
     try:
@@ -151,15 +154,10 @@ def prepare(session: Session, op: str, request: Mapping[str, Any]) -> Mapping[st
     a transport runs this in a worker thread for those)."""
     if op == "step" and "actions" in request:
         return {**request, "actions": actions_from(request["actions"],
-                                                   session.envs.action_space,
                                                    session.envs.single_action_space)}
     if op == "send" and "actions" in request:
-        env_ids = _env_ids(request, session.envs.num_envs)
-        space = session.envs.action_space if env_ids is None else \
-            session.action_checkers().space(len(env_ids))
-        return {**request, "env_ids": env_ids,
-                "actions": actions_from(request["actions"], space,
-                                        session.envs.single_action_space)}
+        return {**request, "env_ids": _env_ids(request, session.envs.num_envs),
+                "actions": actions_from(request["actions"], session.envs.single_action_space)}
     return request
 
 
@@ -189,8 +187,7 @@ async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
 
 async def step(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     envs = session.envs
-    actions = actions_from(_required(request, "actions"), envs.action_space,
-                           envs.single_action_space)
+    actions = actions_from(_required(request, "actions"), envs.single_action_space)
     observations, rewards, terminations, truncations, infos = await envs.step(
         actions, timeout=_deadline(request, session))
     session.steps += 1
@@ -203,19 +200,21 @@ async def send(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     envs = session.envs
     _required(request, "actions")
     env_ids = _env_ids(request, envs.num_envs)
-    batched = envs.action_space if env_ids is None else \
-        session.action_checkers().space(len(env_ids))
-    envs.send(actions_from(request["actions"], batched, envs.single_action_space), env_ids,
+    envs.send(actions_from(request["actions"], envs.single_action_space), env_ids,
               timeout=_deadline(request, session))
     return {}
 
 
 async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
-    batch_size = request.get("batch_size")
-    if batch_size is not None and type(batch_size) is not int:
-        raise ServeError("invalid", "batch_size must be an int or null")
+    batch_size, min_size = request.get("batch_size"), request.get("min_size")
+    for name, value in (("batch_size", batch_size), ("min_size", min_size)):
+        if value is not None and type(value) is not int:
+            raise ServeError("invalid", f"{name} must be an int or null")
+    wait = request.get("wait")
+    if wait is not None and type(wait) not in (int, float):
+        raise ServeError("invalid", "wait must be a number or null")
     try:
-        batch = await session.envs.recv(batch_size=batch_size)
+        batch = await session.envs.recv(batch_size=batch_size, min_size=min_size, wait=wait)
     except (EnvTimeoutError, SubEnvErrorGroup) as error:
         # The batch is received even so (its healthy rows ride on the error locally): the
         # client is told which sub-envs it held, so it knows they owe nothing any more.

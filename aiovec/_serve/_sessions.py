@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 
 import aiovec
-from aiovec._core._actions import ActionCheckers
 from aiovec._serve._config import ServedEnv
 from aiovec._serve._errors import ServeError
 from aiovec._wire._schema import space_to_schema
@@ -50,11 +49,6 @@ class Session:
     #: carrying it ends then.
     ended: anyio.Event = field(default_factory=anyio.Event)
     _schema: dict[str, Any] | None = None
-
-    def action_checkers(self) -> ActionCheckers:
-        """The running vector env's checkers and action spaces of each batch size (a
-        first-ready ``send`` names any number of sub-envs): the server keeps no other."""
-        return self.envs._checkers
 
     def describe(self) -> dict[str, Any]:
         """The session as JSON, with its spaces as schemas a client rebuilds them from."""

@@ -57,7 +57,25 @@ class AsyncCore(Protocol[_Actions_contra, _StepResult_co, _StepBatch_co]):
     def send(self, actions: _Actions_contra, env_ids: Any = None, *,
              timeout: Timeout = USE_DEFAULT) -> None: ...
 
-    async def recv(self, *, batch_size: int | None = None) -> _StepBatch_co: ...
+    async def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+                   wait: float | None = None) -> _StepBatch_co: ...
+
+    def abort(self, env_ids: Any) -> None: ...
+
+    @property
+    def max_in_flight(self) -> int | None: ...
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None: ...
+
+    @property
+    def num_stepping(self) -> int: ...
+
+    @property
+    def num_queued(self) -> int: ...
+
+    @property
+    def num_ready(self) -> int: ...
 
     async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]: ...
 
@@ -139,10 +157,52 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
         # ``send`` does not block, but it reads the loop's clock and state: run it there.
         self._env.send(actions, env_ids, timeout=timeout)
 
-    def recv(self, *, batch_size: int | None = None) -> StepBatchT:
-        """The first ``batch_size`` results to land; see the async env's ``recv``."""
+    def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
+             wait: float | None = None) -> StepBatchT:
+        """The first results to land, at most ``batch_size``, within ``min_size`` and
+        ``wait``; see the async env's ``recv``."""
         self._begin("recv")
-        return self._loop.run(self._env.recv, batch_size=batch_size)
+        return self._loop.run(self._env.recv, batch_size=batch_size, min_size=min_size,
+                              wait=wait)
+
+    def abort(self, env_ids: Any) -> None:
+        """Cancel sub-envs' outstanding first-ready steps; see the async env's ``abort``."""
+        self._begin("abort")
+        self._loop.run(self._on_loop, self._env.abort, env_ids)
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """At most this many sub-envs step at once among first-ready sends; settable. See
+        the async env's ``max_in_flight``."""
+        return self._env.max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None:
+        self._check_open("max_in_flight")
+        self._loop.run(self._on_loop, setattr, self._env, "max_in_flight", value)
+
+    @property
+    def num_stepping(self) -> int:
+        """How many sub-envs sent an action are stepping now."""
+        self._check_open("num_stepping")
+        return int(self._loop.run(self._on_loop, getattr, self._env, "num_stepping"))
+
+    @property
+    def num_queued(self) -> int:
+        """How many sub-envs sent an action wait for room under ``max_in_flight``."""
+        self._check_open("num_queued")
+        return int(self._loop.run(self._on_loop, getattr, self._env, "num_queued"))
+
+    @property
+    def num_ready(self) -> int:
+        """How many results landed and wait for ``recv``."""
+        self._check_open("num_ready")
+        return int(self._loop.run(self._on_loop, getattr, self._env, "num_ready"))
+
+    @staticmethod
+    async def _on_loop(function: Callable[..., Any], *args: Any) -> Any:
+        # Not blocking, but it reads the loop's clock and state (and may submit): run it there.
+        return function(*args)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""

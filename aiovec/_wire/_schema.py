@@ -9,6 +9,7 @@ One schema per kind (every key shown is required; unknown keys are ignored)::
     {"type": "MultiDiscrete", "dtype": "int64", "shape": [2], "nvec": ARRAY, "start": ARRAY}
     {"type": "MultiBinary", "n": 4}                       or a shape: {"n": [2, 3]}
     {"type": "Text", "min_length": 1, "max_length": 8, "charset": "abc"}
+    {"type": "Object", "types": ["str", "list"]}          any object: {"types": []}
     {"type": "Dict", "spaces": [["position", SCHEMA], ["velocity", SCHEMA]]}
     {"type": "Tuple", "spaces": [SCHEMA, SCHEMA]}
 
@@ -26,9 +27,13 @@ One schema per kind (every key shown is required; unknown keys are ignored)::
 - Integers are exact JSON integers: an ``int64`` or ``uint64`` bound may pass 2**53, which a
   client whose JSON numbers are doubles must read as a big integer.
 - A Dict lists its string keys as ``[key, schema]`` pairs in the space's order (some JSON
-  parsers do not keep an object's order). Text's charset keeps the space's character order.
-- Not carried: a space's seed and random state, and whatever a subclass adds (a subclass of Box
-  is described, and rebuilt, as a Box).
+  parsers do not keep an object's order). Text's charset keeps the space's character order,
+  whatever its characters.
+- An Object (``aiovec.ObjectSpace``) names its types among ``OBJECT_TYPES``: ``"str"``,
+  ``"int"``, ``"float"``, ``"bool"``, ``"list"``, ``"dict"`` and ``"null"``, the values JSON
+  carries (an ObjectSpace of any other type has no schema).
+- Not carried: a space's seed and random state, an ObjectSpace's sampler, and whatever a
+  subclass adds (a subclass of Box is described, and rebuilt, as a Box).
 
 A schema comes from a peer, so ``space_from_schema`` trusts nothing in it: anything malformed
 raises ``ValueError`` saying where; Dict/Tuple nesting is bounded by ``MAX_SPACE_DEPTH``, shapes
@@ -46,7 +51,10 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Text, Tuple
 
-__all__ = ["MAX_DIMS", "MAX_ELEMENTS", "MAX_SPACE_DEPTH", "space_from_schema", "space_to_schema"]
+from aiovec._object_space import ObjectSpace
+
+__all__ = ["MAX_DIMS", "MAX_ELEMENTS", "MAX_SPACE_DEPTH", "OBJECT_TYPES", "space_from_schema",
+           "space_to_schema"]
 
 #: How many Dict/Tuple levels a space may be nested in.
 MAX_SPACE_DEPTH = 32
@@ -60,6 +68,9 @@ _DTYPES = {np.dtype(name).name: np.dtype(name) for name in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64")}
 _FLOAT_INFINITIES: dict[str, float] = {"inf": math.inf, "-inf": -math.inf}
+#: The types an ObjectSpace may name on the wire: those of the values JSON carries.
+OBJECT_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool,
+                                 "list": list, "dict": dict, "null": type(None)}
 _SpaceT = TypeVar("_SpaceT", bound=Space[Any])
 
 
@@ -160,6 +171,15 @@ def _text_schema(space: Text, depth: int) -> dict[str, Any]:
             "charset": "".join(space.character_list)}
 
 
+def _object_schema(space: ObjectSpace, depth: int) -> dict[str, Any]:
+    names = {kind: name for name, kind in OBJECT_TYPES.items()}
+    unknown = [kind.__qualname__ for kind in space.types if kind not in names]
+    if unknown:
+        raise TypeError(f"an ObjectSpace of {', '.join(unknown)} has no wire schema: only "
+                        f"values JSON carries cross ({', '.join(OBJECT_TYPES)})")
+    return {"type": "Object", "types": [names[kind] for kind in space.types]}
+
+
 def _dict_schema(space: Dict, depth: int) -> dict[str, Any]:
     pairs = []
     for key, child in space.spaces.items():
@@ -175,8 +195,8 @@ def _tuple_schema(space: Tuple[Any], depth: int) -> dict[str, Any]:
 
 _DESCRIBERS: dict[type[Any], Callable[[Any, int], dict[str, Any]]] = {
     Box: _box_schema, Discrete: _discrete_schema, MultiDiscrete: _multi_discrete_schema,
-    MultiBinary: _multi_binary_schema, Text: _text_schema, Dict: _dict_schema,
-    Tuple: _tuple_schema,
+    MultiBinary: _multi_binary_schema, Text: _text_schema, ObjectSpace: _object_schema,
+    Dict: _dict_schema, Tuple: _tuple_schema,
 }
 
 
@@ -376,6 +396,14 @@ class _SchemaReader:
         self._take((len(charset),), where)
         return _build(where, Text, max_length, min_length=min_length, charset=charset)
 
+    def _object(self, schema: Mapping[str, Any], where: str, depth: int) -> ObjectSpace:
+        names = _field(schema, "types", where)
+        if not (isinstance(names, (list, tuple)) and len(names) <= len(OBJECT_TYPES)
+                and all(isinstance(name, str) and name in OBJECT_TYPES for name in names)):
+            raise _malformed(where, f"an Object's 'types' must be a list of names among "
+                                    f"{list(OBJECT_TYPES)}, got {names!r:.80}")
+        return ObjectSpace([OBJECT_TYPES[name] for name in names])
+
     def _dict(self, schema: Mapping[str, Any], where: str, depth: int) -> Dict:
         pairs = _field(schema, "spaces", where)
         if not isinstance(pairs, (list, tuple)):
@@ -403,5 +431,6 @@ class _SchemaReader:
 _READERS: dict[str, Callable[[_SchemaReader, Mapping[str, Any], str, int], Space[Any]]] = {
     "Box": _SchemaReader._box, "Discrete": _SchemaReader._discrete,
     "MultiDiscrete": _SchemaReader._multi_discrete, "MultiBinary": _SchemaReader._multi_binary,
-    "Text": _SchemaReader._text, "Dict": _SchemaReader._dict, "Tuple": _SchemaReader._tuple,
+    "Text": _SchemaReader._text, "Object": _SchemaReader._object, "Dict": _SchemaReader._dict,
+    "Tuple": _SchemaReader._tuple,
 }

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker, ActionCheckers
 
@@ -17,8 +16,6 @@ def test_each_size_gets_one_checker_made_on_first_use() -> None:
     assert checkers.of_size(4) is checkers.full
     two = checkers.of_size(2)
     assert checkers.of_size(2) is two and two is not checkers.full
-    assert checkers.space(3) is checkers.space(3)
-    assert checkers.space(3) == batch_space(space, 3)
 
 
 @pytest.mark.parametrize("values", [False, True])

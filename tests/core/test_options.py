@@ -32,6 +32,7 @@ CORE_KEYWORDS = {
     "timeout": None, "observation_mode": "same", "close_timeout": 10.0, "restart": None,
     "batch_size": None, "max_concurrency": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None, "validate_actions": False,
+    "max_in_flight": None,
 }
 LEFT_OUT_BY_MULTI_AGENT = {"observation_mode", "batch_size", "validate_actions"}
 #: The sync shim's leading parameters, in Gymnasium's ``AsyncVectorEnv`` order.
@@ -92,13 +93,14 @@ def test_a_keyword_outside_the_set_is_refused(constructor: Any, options: Any) ->
 def test_the_keywords_reach_the_async_core() -> None:
     given: dict[str, Any] = {"backend": "inline", "timeout": 2, "close_timeout": 5,
                              "restart": 3, "batch_size": 1, "validate_actions": True,
-                             "max_concurrency": 2}
+                             "max_concurrency": 2, "max_in_flight": 1}
     envs = aiovec.AsyncVectorEnv([CountingEnv] * 2, copy=False,
                                  autoreset_mode="SameStep", **given)
     with aiovec.VectorEnv([CountingEnv] * 2, True, False, None, True, None, "same",
                           AutoresetMode.SAME_STEP, **given) as shim:
         for core in (envs, shim.async_env):
             assert (core.timeout, core.close_timeout, core.batch_size) == (2.0, 5.0, 1)
+            assert core.max_in_flight == 1
             assert core.validate_actions and not core.copy
             assert core.autoreset_mode is AutoresetMode.SAME_STEP
             assert core.restart_policy is not None and core.restart_policy.max_restarts == 3

@@ -16,6 +16,7 @@ from starlette.routing import Mount
 
 from aiovec.serve import EnvServer, Limits, ServedEnv, run
 from aiovec.testing import CountingEnv, EpisodeEnv, Fault, FaultyEnv
+from tests.object_envs import ChatEnv, UnicodeTextEnv
 
 #: Bearer tokens of the ``tokens`` server, by principal.
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
@@ -135,6 +136,9 @@ ENVS: dict[str, ServedEnv] = {
     # Both sub-envs in one worker: a hung one's worker is killed under its neighbour.
     "SharedWorkerHang-v0": ServedEnv(ActionHangingEnv, backend="process", max_envs=2,
                                      timeout=30.0, vector_options={"num_workers": 1}),
+    # Each sub-env on a thread of its own: one hung by its action holds back no other.
+    "ActionHanging-v0": ServedEnv(ActionHangingEnv, backend="thread", max_envs=2,
+                                  timeout=30.0),
     "Dict-v0": ServedEnv(functools.partial(EpisodeEnv, "dict"), max_envs=4),
     "Tuple-v0": ServedEnv(functools.partial(EpisodeEnv, "tuple"), max_envs=4),
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
@@ -142,6 +146,11 @@ ENVS: dict[str, ServedEnv] = {
                             reset_options=True),
     "BadClose-v0": ServedEnv(BadCloseCartPole, max_envs=2),
     "Unservable-v0": ServedEnv(SequenceObservations, max_envs=1),
+    # Observations that are Python objects (a chat) and text of any Unicode.
+    "Chat-v0": ServedEnv(ChatEnv, max_envs=4),
+    "ProcessChat-v0": ServedEnv(ChatEnv, backend="process", max_envs=4,
+                                vector_options={"num_workers": 2}),
+    "UnicodeText-v0": ServedEnv(UnicodeTextEnv, max_envs=4),
 }
 
 

@@ -13,7 +13,6 @@ import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
-from gymnasium.vector.utils import batch_space
 
 from aiovec._core._actions import ActionChecker
 from aiovec._remote._websocket import WebSocket
@@ -82,12 +81,11 @@ def _accepted(single: gym.Space[Any], num_envs: int, actions: Any) -> bool:
     return refusal(single, num_envs, actions) is None
 
 
-def _served(check: ActionChecker, value: Any, space: gym.Space[Any],
-            single: gym.Space[Any]) -> bool:
+def _served(check: ActionChecker, value: Any, single: gym.Space[Any]) -> bool:
     """Whether the server accepts ``value``: decoded into arrays, then the check its
     session's vector env makes."""
     try:
-        check.check(actions_from(value, space, single))
+        check.check(actions_from(value, single))
     except (ServeError, ValueError, TypeError):
         return False
     return True
@@ -105,24 +103,21 @@ def test_the_server_accepts_exactly_what_a_local_env_accepts(seed: int) -> None:
     rng = np.random.default_rng(seed)
     single = SPACES[seed % len(SPACES)]
     num_envs = int(rng.integers(1, 4))
-    batched = batch_space(single, num_envs)
     check = ActionChecker(single, num_envs, values=True)  # as served sessions check them
     for _ in range(20):
-        _assert_served_as_locally(check, _batch(rng, single, num_envs), batched, single,
-                                  num_envs)
+        _assert_served_as_locally(check, _batch(rng, single, num_envs), single, num_envs)
 
 
 def _assert_served_as_locally(check: ActionChecker, actions: np.ndarray[Any, Any],
-                              batched: gym.Space[Any], single: gym.Space[Any],
-                              num_envs: int) -> None:
+                              single: gym.Space[Any], num_envs: int) -> None:
     # A binary frame carries the array itself; the local caller passes the same array.
-    assert _served(check, actions, batched, single) == _accepted(
+    assert _served(check, actions, single) == _accepted(
         single, num_envs, actions), actions
     # JSON carries lists of numbers and booleans: a local caller passing the same list gets
     # it as NumPy reads it.
     as_json = _as_json(actions)
     if as_json is not None:
-        assert _served(check, as_json, batched, single) == _accepted(
+        assert _served(check, as_json, single) == _accepted(
             single, num_envs, _as_a_local_caller_would_have_it(as_json, single)), as_json
 
 
@@ -132,10 +127,9 @@ def test_the_server_checks_values_at_the_bounds_exactly(single: gym.Space[Any]) 
     each dtype, in every dtype: the server decides as the reference, at batch sizes on both
     sides of the checker's few-values threshold."""
     for num_envs in (1, 16, 17):
-        batched = batch_space(single, num_envs)
         check = ActionChecker(single, num_envs, values=True)
         for actions in edge_batches(single, num_envs, np.random.default_rng(num_envs)):
-            _assert_served_as_locally(check, actions, batched, single, num_envs)
+            _assert_served_as_locally(check, actions, single, num_envs)
 
 
 def test_a_frame_s_int64_is_no_uint8_box_action_here_either() -> None:
@@ -144,21 +138,19 @@ def test_a_frame_s_int64_is_no_uint8_box_action_here_either() -> None:
     read as uint8."""
     space = gym.spaces.Box(0, 255, (2,), np.uint8)
     check = ActionChecker(space, 1, values=True)
-    batched = batch_space(space, 1)
     actions = np.array([[0, 1]], np.int64)
-    assert not _accepted(space, 1, actions) and not _served(check, actions, batched, space)
-    assert _served(check, actions.tolist(), batched, space)
-    assert not _served(check, [[0, 256]], batched, space)
+    assert not _accepted(space, 1, actions) and not _served(check, actions, space)
+    assert _served(check, actions.tolist(), space)
+    assert not _served(check, [[0, 256]], space)
 
 
 @pytest.mark.parametrize("space", SPACES[:3], ids=str)
 def test_booleans_are_no_discrete_index_here_either(space: gym.Space[Any]) -> None:
     check = ActionChecker(space, 2, values=True)
-    batched = batch_space(space, 2)
     booleans = np.ones((2, *(space.shape or ())), np.bool_)
     assert not _accepted(space, 2, booleans)
-    assert not _served(check, booleans, batched, space)
-    assert not _served(check, booleans.tolist(), batched, space)
+    assert not _served(check, booleans, space)
+    assert not _served(check, booleans.tolist(), space)
 
 
 @pytest.mark.anyio

@@ -45,7 +45,7 @@ from aiovec._backends._process._shared_memory import (
     same_dtypes,
     write_rows,
 )
-from aiovec._backends._process._workers import ProcessPending, WorkerHandle
+from aiovec._backends._process._workers import ProcessPending, WorkerHandle, read_replies
 from aiovec._backends._process_tree import GRACE
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
@@ -482,25 +482,12 @@ class ProcessBackend(Backend):
         if self.loop is not None:  # readiness callbacks deliver the replies
             await arrivals.wait(count)
             return
-        # Without them (trio), this task reads the sockets of the workers that owe replies.
-        while len(arrivals.landed) < count:
-            busy = [worker for worker in self._workers if worker.alive and worker.outstanding]
-            if not busy:
-                await anyio.lowlevel.checkpoint()
-                return
-            async with anyio.create_task_group() as group:
-                for worker in busy:
-                    group.start_soon(self._read_until, worker, arrivals, count,
-                                     group.cancel_scope)
+        await read_replies(self._workers, arrivals, count)  # trio: this task reads them
 
-    async def _read_until(self, worker: WorkerHandle, arrivals: Arrivals, count: int,
-                          scope: anyio.CancelScope) -> None:
-        await worker.flush()
-        while worker.alive and worker.outstanding:
-            await worker.read_when_ready()
-            if len(arrivals.landed) >= count:
-                scope.cancel()
-                return
+    def poll_arrivals(self) -> None:
+        if self.loop is None:  # trio: nothing reads the sockets between two waits
+            for worker in self._workers:
+                worker.receive_waiting()
 
     async def reap(self, worker: WorkerHandle) -> None:
         """Wait (bounded) for a dead worker's exit status."""

@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import pickle
+import select
 import signal
 import socket
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from aiovec._backends._process._backend import ProcessBackend
     from aiovec._backends._process._parent_worker import ParentThread
 
-__all__ = ["ProcessPending", "WorkerHandle"]
+__all__ = ["ProcessPending", "WorkerHandle", "read_replies"]
 
 _INBOX_SIZE = 1 << 16
 _HEADER_SIZE = HEADER.size
@@ -163,6 +164,13 @@ class WorkerHandle:
             else:
                 pending.worker_died(self)
 
+    def receive_waiting(self) -> None:
+        """Deliver the replies already waiting in the socket, without waiting for more (unless
+        a task is reading it)."""
+        while (self.alive and self.outstanding and self.reading is None
+               and select.select([self.sock], [], [], 0)[0]):
+            self.receive()
+
     async def read_when_ready(self) -> None:
         """Wait until the worker's socket is readable, then deliver what it sent (to whichever
         request each reply answers); if another task is reading it, wait for that instead."""
@@ -185,6 +193,35 @@ class WorkerHandle:
                 f"{self.process.describe_exit()}"
                 + (f"; {ended} process{'es' * (ended != 1)} its sub-envs had started "
                    f"ended with it" if ended else ""))
+
+
+async def read_replies(workers: Sequence[WorkerHandle], arrivals: Arrivals, count: int) -> None:
+    """Read the sockets of the workers that owe replies until ``count`` first-ready replies
+    not taken yet have landed (``Arrivals.goal``), none is owed any more, or ``arrivals`` is
+    woken: the waiting task's own reading where no readiness callback does it (trio)."""
+    goal, wakes = arrivals.goal(count), arrivals.wakes
+    while arrivals.total < goal and arrivals.wakes == wakes:
+        busy = [worker for worker in workers if worker.alive and worker.outstanding]
+        if not busy:
+            await anyio.lowlevel.checkpoint()
+            return
+        try:
+            async with anyio.create_task_group() as group:
+                arrivals.reader = group.cancel_scope
+                for worker in busy:
+                    group.start_soon(_read_until, worker, arrivals, goal, group.cancel_scope)
+        finally:
+            arrivals.reader = None
+
+
+async def _read_until(worker: WorkerHandle, arrivals: Arrivals, goal: int,
+                      scope: anyio.CancelScope) -> None:
+    await worker.flush()
+    while worker.alive and worker.outstanding:
+        await worker.read_when_ready()
+        if arrivals.total >= goal:
+            scope.cancel()
+            return
 
 
 class ProcessPending(Pending):
