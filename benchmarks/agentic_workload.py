@@ -37,7 +37,7 @@ from bench_envs import burn_cpu
 
 import aiovec
 
-__all__ = ["ACTION_SPACE", "AsyncChatEnv", "ChatEnv", "ChatMessages", "Episode", "Limits",
+__all__ = ["ACTION_SPACE", "OBSERVATION_SPACE", "AsyncChatEnv", "ChatEnv", "Episode", "Limits",
            "Messages", "PolicyServer", "Workload", "episode_for", "episode_stream", "limits",
            "slot_episodes", "task_pool", "tool_call"]
 
@@ -86,6 +86,8 @@ def _charset() -> str:
 
 
 CHARSET = _charset()
+#: A chat: a tuple of message dicts (any Unicode in them).
+OBSERVATION_SPACE = aiovec.ObjectSpace(tuple)
 #: What the policy answers with: text over the wide charset.
 ACTION_SPACE = gym.spaces.Text(max_length=512, charset=CHARSET)
 SYSTEM_PROMPT = ("You are a research agent. Call one tool per turn; answer when you are sure. "
@@ -193,29 +195,11 @@ async def tool_call(episode: Episode, action: str) -> tuple[Messages, bool]:
 # -------------------------------------------------------------------------- environments
 
 
-class ChatMessages(gym.Space[Messages]):
-    """The observation space of a chat: a sequence of ``{"role", "content"}`` dicts."""
-
-    def __init__(self) -> None:
-        super().__init__(None, None)
-
-    def contains(self, x: Any) -> bool:
-        return isinstance(x, (list, tuple)) and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str)
-            and isinstance(m.get("content"), str) for m in x)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is ChatMessages
-
-    def __hash__(self) -> int:
-        return hash(ChatMessages)
-
-
 class AsyncChatEnv(aiovec.AsyncEnv[Messages, str]):
     """Slot ``slot``'s episodes as a coroutine env: ``step`` is one tool call."""
 
     def __init__(self, workload: Workload, slot: int) -> None:
-        self.observation_space = ChatMessages()
+        self.observation_space = OBSERVATION_SPACE
         self.action_space = ACTION_SPACE
         self._episodes = slot_episodes(workload, slot)
         self._episode: Episode | None = None
@@ -236,7 +220,7 @@ class ChatEnv(gym.Env[Messages, str]):
     """``AsyncChatEnv`` as a plain env (the process backend's): the wait is a ``time.sleep``."""
 
     def __init__(self, workload: Workload, slot: int) -> None:
-        self.observation_space = ChatMessages()
+        self.observation_space = OBSERVATION_SPACE
         self.action_space = ACTION_SPACE
         self._episodes = slot_episodes(workload, slot)
         self._episode: Episode | None = None
