@@ -135,6 +135,7 @@ class FirstReadyCalls(Engine):
         cap = self._max_in_flight
         room = math.inf if cap is None else cap - len(first.in_flight)
         backend = self._backend
+        waking = False  # a new deadline or a failure: a waiting recv must look again
         try:
             for send, rows in first.take(room):
                 env_ids = send.env_ids
@@ -147,13 +148,17 @@ class FirstReadyCalls(Engine):
                         raise
                     for env_index in ids:
                         first.ready[env_index] = Failure.capture(env_index, "step", error)
+                    waking = True
                     continue
                 seconds = send.timeout
                 first.sent(pending, None if seconds is None else first.clock() + seconds,
                            seconds)
                 first.arrivals.refresh()
+                waking = waking or seconds is not None
         finally:
             first.arrivals.pump = self._pump if first.queued else None
+            if waking and first.receiving:
+                first.arrivals.wake()
 
     @property
     def max_in_flight(self) -> int | None:

@@ -150,6 +150,33 @@ async def test_a_queued_deadline_starts_when_the_step_goes_out(
         gates.release(1)
 
 
+@pytest.mark.parametrize("backend", ["thread", "process", "async"])
+async def test_a_waiting_recv_keeps_the_deadline_of_a_step_dispatched_meanwhile(
+        anyio_backend: Any, backend: str, gates: Gates) -> None:
+    """``recv`` waits with no deadline (the one step out has none); a result lands, the
+    queued step goes out with a deadline and hangs: that same ``recv`` reports it late
+    instead of waiting for it forever."""
+    async with aiovec.AsyncVectorEnv(gates.factories(backend, 2), backend=backend,
+                                     max_in_flight=1, **workers(backend, 2)) as envs:
+        await envs.reset()
+        gates.hold(0, 1)
+        envs.send(np.array([0]), [0])
+        envs.send(np.array([1]), [1], timeout=1.0)  # queued behind sub-env 0
+
+        async def release_the_first() -> None:
+            await gates.until(gates.entered, 0, 1)
+            gates.release(0)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(release_the_first)
+            with anyio.fail_after(30), pytest.raises(aiovec.EnvTimeoutError) as raised:
+                await envs.recv(batch_size=2)
+        assert raised.value.env_ids == (1,)
+        assert ids(raised.value.partial_result) == [0, 1]
+        assert gates.entered(1, 1)
+        gates.release(1)
+
+
 @pytest.mark.parametrize("backend", ["inline", "thread"])
 async def test_queued_sub_envs_are_owed(anyio_backend: Any, backend: str,
                                         gates: Gates) -> None:
