@@ -18,7 +18,8 @@ starts the sub-envs, and calls in here. The step path, for a full batch::
 
 ``_submit_*`` and ``_finish_*`` are separate so the sync shim can offer Gymnasium's
 ``step_async``/``step_wait``; ``_finish_*`` releases the claim whatever happens. A first-ready
-batch (``send``/``recv``) takes the same path per sub-env: ``_receive``.
+batch (``send``/``recv``) takes the same path per sub-env: ``_receive`` (the first-ready calls
+themselves, the in-flight cap and ``abort`` are ``_first_ready_calls``).
 """
 
 from __future__ import annotations
