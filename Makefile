@@ -6,6 +6,8 @@
 #                 then a smoke run of the benchmark (prints its table, asserts nothing), then
 #                 the core tests on the other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
+#   make soak   - the soaks (chaos runs, start/stop cycles) at full length: ~10 min; the suite
+#                 runs them compressed (tests/soak.py)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +18,7 @@ STAMP := $(VENV)/.installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 DEMO_STAMP := $(VENV)/.demo-installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 
 .PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick bench-real \
-	other-pythons clean
+	other-pythons soak clean
 
 # A venv on PYTHON at $(VENV), with pip upgraded: made anew if it holds another Python version.
 VENV_ON_PYTHON := if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; \
@@ -80,6 +82,11 @@ quick: $(STAMP)
 	$(BIN)/python -m pytest -m "serial and not slow"
 
 check: lint typecheck quick
+
+SOAKS := tests/faults/test_chaos.py tests/backends/test_process.py::test_fifty_cycles_and_a_crash_leak_nothing
+
+soak: $(STAMP)
+	AIOVEC_SOAK=1 $(BIN)/python -m pytest $(XDIST) $(SOAKS)
 
 # RLlib pins its own Gymnasium (ray[rllib] 2.60: gymnasium==1.2.2), so its tests (tests/rllib)
 # run in a venv of their own. torch is pinned: its CPU wheel, not GBs of CUDA, where a local

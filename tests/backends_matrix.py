@@ -4,8 +4,8 @@ says why it is that subset.
 Use them as ``pytest.mark.parametrize("backend", NAME)``. Every async test runs on each of
 ``EVENT_LOOPS`` (the ``anyio_backend`` fixture of tests/conftest.py) unless it parametrizes
 ``anyio_backend`` itself. A test on ``backend="ray"`` joins the session's shared Ray runtime
-and runs in the pytest-xdist worker of the other Ray tests; its uvloop variant runs only in
-the Ray backend's own test files (tests/conftest.py, ``RAY_ON_UVLOOP``).
+and runs in the pytest-xdist worker of the other Ray tests; its trio and uvloop variants run
+only in the Ray backend's own test files (tests/conftest.py, ``RAY_ON_EVERY_LOOP``).
 """
 
 from __future__ import annotations

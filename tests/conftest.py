@@ -1,5 +1,5 @@
 """Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio (a Ray
-variant on uvloop only in the Ray backend's own tests: ``RAY_ON_UVLOOP``)."""
+variant on trio and uvloop only in the Ray backend's own tests: ``RAY_ON_EVERY_LOOP``)."""
 
 from __future__ import annotations
 
@@ -85,11 +85,14 @@ RAY_GROUP = "ray"
 #: The event loop whose variant of every test is ``slow``: uvloop runs asyncio's code paths
 #: (aiovec sees an asyncio loop), and its variants are a third of the suite.
 SLOW_LOOP = EVENT_LOOPS["uvloop"]
-#: Where the Ray backend runs on uvloop: its own tests. The tests that check one mechanism
-#: on every backend run their Ray variant on asyncio and trio only: the Ray tests run one
-#: after another in one xdist worker, the suite's longest path, and a uvloop variant there
-#: adds seconds per test (an actor to start) to check no code of its own.
-RAY_ON_UVLOOP = ("tests/backends/test_ray.py", "tests/backends/test_ray_process_tree.py")
+ASYNCIO = EVENT_LOOPS["asyncio"]
+#: Where the Ray backend runs on every loop: its own tests. The tests that check one
+#: mechanism on every backend run their Ray variant on asyncio only: the Ray tests run one
+#: after another in one xdist worker, the suite's longest path, and a trio or uvloop variant
+#: there adds seconds per test (an actor to start) to check no code of its own (the Ray
+#: backend's bridge to the caller's loop is the same for every mechanism, and its own tests
+#: check it on every loop).
+RAY_ON_EVERY_LOOP = ("tests/backends/test_ray.py", "tests/backends/test_ray_process_tree.py")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -113,10 +116,10 @@ def pytest_collection_modifyitems(config: pytest.Config,
     grouping is checked after (see ``_group_by_suffix``).
     """
     grouping = config.pluginmanager.hasplugin("xdist")
-    left_out = [item for item in items if _ray_on_uvloop_elsewhere(item)]
+    left_out = [item for item in items if _ray_off_asyncio_elsewhere(item)]
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if not _ray_on_uvloop_elsewhere(item)]
+        items[:] = [item for item in items if not _ray_off_asyncio_elsewhere(item)]
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:
@@ -133,12 +136,13 @@ def pytest_collection_modifyitems(config: pytest.Config,
         _group_by_suffix(items)
 
 
-def _ray_on_uvloop_elsewhere(item: pytest.Item) -> bool:
-    """A uvloop variant on ``backend="ray"`` outside ``RAY_ON_UVLOOP``: left out (deselected,
-    counted in the summary)."""
+def _ray_off_asyncio_elsewhere(item: pytest.Item) -> bool:
+    """A trio or uvloop variant on ``backend="ray"`` outside ``RAY_ON_EVERY_LOOP``: left out
+    (deselected, counted in the summary)."""
     callspec = getattr(item, "callspec", None)
-    return (callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP
-            and _item_uses_ray(item) and not item.nodeid.startswith(RAY_ON_UVLOOP))
+    return (callspec is not None
+            and callspec.params.get("anyio_backend", ASYNCIO) not in (ASYNCIO, "asyncio")
+            and _item_uses_ray(item) and not item.nodeid.startswith(RAY_ON_EVERY_LOOP))
 
 
 def _group_by_suffix(items: list[pytest.Item]) -> None:

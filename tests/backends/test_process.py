@@ -34,6 +34,7 @@ from tests.envs import (
     wait_for_fifo,
     worker_pids,
 )
+from tests.soak import soak_length
 from tests.leaks import (
     child_pids,
     mapped_blocks,
@@ -198,13 +199,14 @@ def test_scripts_need_no_main_guard(tmp_path: Path) -> None:
     assert done.stdout.count("ran (2, 4)") == 1
 
 
-# ~20 s on a quiet machine: one loop (worker start and shutdown do not depend on it; the
-# leak checks of the other tests run on every loop).
+# ~20 s on a quiet machine at full length (make soak; a quarter of the cycles in the suite:
+# tests/soak.py): one loop (worker start and shutdown do not depend on it; the leak checks of
+# the other tests run on every loop).
 @pytest.mark.slow
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_fifty_cycles_and_a_crash_leak_nothing(anyio_backend: str,
                                                      no_leaks: None) -> None:
-    for _ in range(50):
+    for _ in range(soak_length(50)):
         async with aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="process",
                                          num_workers=1) as envs:
             await envs.reset()

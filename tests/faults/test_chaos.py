@@ -1,6 +1,6 @@
 """The chaos run: 20,000 vector steps of 16 sub-envs with random crashes, hangs and raises
-under the restart policy (process backend on asyncio; the other runs are compressed to 5,000
-steps at four times the fault rate). Every call
+under the restart policy (in the suite compressed to 5,000 steps at four times the fault rate;
+``make soak`` runs the full length: tests/soak.py). Every call
 returns a full batch; what the vector env reported reconciles exactly with what the sub-envs
 recorded; the healthy sub-envs' trajectories equal a fault-free run; nothing leaks."""
 
@@ -16,16 +16,13 @@ import pytest
 import aiovec
 from aiovec.testing import FaultLedger, ProcessTreeEnv, tagged_processes
 from tests.faults.envs import faulty, one_per_worker
+from tests.soak import FULL_LENGTH, soak_length, soak_rates
 
 # Minutes of chaos in all: make unit runs it, the quick tier (make check) does not.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 NUM_ENVS = 16
 NUM_STEPS = 20_000
-#: The full-length run is asyncio's on the process backend, the one that sees every kind of
-#: fault (crash, kill, hang, raise). The others run the same chaos compressed (a quarter of
-#: the steps, four times the fault rate): the suite has a time budget.
-COMPRESSION = 4
 #: The loops each backend's chaos runs on: the process backend on both (its replies are read
 #: by the waiting task, on the loop); each other backend on one, so that every backend and
 #: both loops are covered without running each soak twice (uvloop: too slow a tier for it).
@@ -74,8 +71,8 @@ async def rollout(envs: aiovec.AsyncVectorEnv,
     return observations, restarted, reset_step
 
 
-# The full-length run takes ~100 s on a quiet 2-core machine: room for a noisy one.
-@pytest.mark.timeout(480)
+# A full-length run takes ~100 s on a quiet 2-core machine: room for a noisy one.
+@pytest.mark.timeout(480 if FULL_LENGTH else 240)
 @pytest.mark.parametrize(("anyio_backend", "chaos"), [
     pytest.param(loop, chaos, id=f"{loop}-{chaos.backend}")
     for chaos in CHAOS for loop in LOOPS[chaos.backend]])
@@ -84,12 +81,10 @@ async def rollout(envs: aiovec.AsyncVectorEnv,
     "blocked")
 async def test_chaos_run(anyio_backend: str, chaos: Chaos, tmp_path: object,
                          no_leaks: None) -> None:
-    full_length = anyio_backend == "asyncio" and chaos.backend == "process"
-    compression = 1 if full_length else COMPRESSION
-    num_steps = NUM_STEPS // compression
+    num_steps = soak_length(NUM_STEPS)
     ledger = FaultLedger(f"{tmp_path}/ledger")
     policy = aiovec.RestartPolicy(max_restarts=None, backoff=0.01)
-    probabilities = {fault: rate * compression for fault, rate in chaos.probabilities.items()}
+    probabilities = soak_rates(chaos.probabilities)
     factories = faulty(NUM_ENVS, ledger, probabilities=probabilities,
                        episode_length=EPISODE_LENGTH, backend=chaos.backend)
     async with aiovec.AsyncVectorEnv(factories, backend=chaos.backend, restart=policy,
@@ -122,22 +117,24 @@ async def test_chaos_run(anyio_backend: str, chaos: Chaos, tmp_path: object,
 
 
 TREE_STEPS = 5_000
+#: Every this many steps, the helpers of every sub-env are counted.
+TREE_CHECKS = 500
 #: Living processes each sub-env keeps: a plain child and a double-forked daemon.
 TREE_HELPERS = ("child", "double_fork")
 
 
 @pytest.mark.worker_processes
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(480 if FULL_LENGTH else 240)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_chaos_run_with_helper_processes(anyio_backend: str, tmp_path: object,
                                                no_leaks: None) -> None:
     """Every sub-env keeps helper processes, as a simulator-backed env does; 5,000 steps of
     random crashes, kills, hangs and raises. Between steps every live sub-env has exactly its
     own helpers (the old ones gone before a restart made new ones); at the end, none is left;
-    every fault was restarted and nothing was lost."""
+    every fault was restarted and nothing was lost (compressed in the suite: tests/soak.py)."""
     ledger = FaultLedger(f"{tmp_path}/ledger")
     tag = f"chaos-{os.getpid()}"
-    probabilities = {"raise": 2e-4, "exit": 1.2e-4, "kill": 1.2e-4, "hang": 4e-5}
+    probabilities = soak_rates({"raise": 2e-4, "exit": 1.2e-4, "kill": 1.2e-4, "hang": 4e-5})
     factories = [functools.partial(ProcessTreeEnv, index, tag=f"{tag}-{index}",
                                    helpers=TREE_HELPERS, ledger=str(ledger.directory),
                                    probabilities=probabilities, episode_length=EPISODE_LENGTH)
@@ -148,14 +145,14 @@ async def test_chaos_run_with_helper_processes(anyio_backend: str, tmp_path: obj
     async with aiovec.AsyncVectorEnv(factories, backend="process", restart=policy,
                                      timeout=DEADLINE, num_workers=NUM_ENVS) as envs:
         await envs.reset(seed=list(range(NUM_ENVS)))
-        for step in range(TREE_STEPS):
+        for step in range(soak_length(TREE_STEPS)):
             obs, _, terminations, truncations, infos = await envs.step(actions_at(step))
             restart = infos.get("_restart", np.zeros(NUM_ENVS, bool))
             restarted += restart
             ordinary = ~restart & ~done  # neither restarted nor the first step of an episode
             assert np.array_equal(obs[ordinary, 1], actions_at(step)[ordinary])
             done = terminations | truncations
-            if step % 500 == 0:
+            if step % soak_length(TREE_CHECKS) == 0:
                 counts = [len(tagged_processes(f"{tag}-{index}")) for index in range(NUM_ENVS)]
                 assert counts == [len(TREE_HELPERS)] * NUM_ENVS, (step, counts)
     statistics = envs.statistics()  # after close: its counts are in
