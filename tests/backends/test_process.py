@@ -34,7 +34,6 @@ from tests.envs import (
     wait_for_fifo,
     worker_pids,
 )
-from tests.soak import soak_length
 from tests.leaks import (
     child_pids,
     mapped_blocks,
@@ -42,6 +41,7 @@ from tests.leaks import (
     shared_mappings,
     wait_for_exit,
 )
+from tests.soak import soak_length
 
 pytestmark = pytest.mark.anyio
 
