@@ -250,11 +250,9 @@ async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
 
 async def abort(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     """Cancel the outstanding first-ready steps of ``env_ids`` (default all; an empty list:
-    none), as ``AsyncVectorEnv.abort``: each that owed a result then needs a reset."""
-    env_ids = request.get("env_ids")
-    if isinstance(env_ids, (list, np.ndarray)) and len(env_ids) == 0:
-        return {}
-    session.envs.abort(_env_ids(request, session.envs.num_envs))
+    none), as ``AsyncVectorEnv.abort``: each that owed a result then needs a reset. Its
+    check of ``env_ids`` is the local one (a ``ValueError``: ``invalid``)."""
+    session.envs.abort(request.get("env_ids"))
     return {}
 
 
