@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._remote._deadlines import latest_answer
 from aiovec.remote import AsyncRemoteVectorEnv, RemoteVectorEnv
 from tests.serve.apps import SleepyEnv
 from tests.serve.conftest import Server
@@ -102,3 +103,16 @@ def test_the_sync_client_sets_the_cap(serve: Any) -> None:
         assert session["max_in_flight"] == 3
     finally:
         remote.close()
+
+
+def test_the_wait_for_an_answer_covers_what_the_cap_can_delay() -> None:
+    """Without a cap, the latest deadline; with one, every slot busy to its deadline, the
+    queue in order; none for a sub-env without a deadline."""
+    now = 100.0
+    dues = [(101.0, 1.0), (103.0, 3.0), (102.0, 2.0)]
+    assert latest_answer(dues, None, now) == 3.0
+    assert latest_answer(dues, 1, now) == 6.0 + 3.0
+    assert latest_answer(dues, 2, now) == 3.0 + 3.0
+    assert latest_answer([(99.0, 1.0)], None, now) == 0.0  # past: the server answers now
+    assert latest_answer([*dues, None], 2, now) is None
+    assert latest_answer([], 2, now) == 0.0
