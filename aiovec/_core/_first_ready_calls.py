@@ -29,9 +29,14 @@ from aiovec._core._engine import Engine, State
 from aiovec._core._first_ready import FirstReady, QueuedSend, StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._loop_wakeup import loop_clock, threadsafe_caller
-from aiovec._core._refusals import check_can_abort, check_can_recv, check_can_send
+from aiovec._core._refusals import (
+    check_can_abort,
+    check_can_recv,
+    check_can_send,
+    check_reset_done,
+)
 from aiovec._core._requests import Failure, Op
-from aiovec._exceptions import EnvTimeoutError, NothingSentError, ResetNeededError
+from aiovec._exceptions import EnvTimeoutError, NothingSentError
 
 __all__ = ["FirstReadyCalls", "received_batches"]
 
@@ -95,11 +100,7 @@ class FirstReadyCalls(Engine):
                        and self._health.has_reset),
             owed=lambda ids: [] if first is None else first.owed(ids))
         assert first is not None
-        needy = self._health.needing_reset(ids)
-        if needy:
-            raise ResetNeededError(
-                f"cannot send to sub-env(s) {needy}: they need a reset first (never reset, "
-                "failed, aborted, or done with autoreset disabled)")
+        check_reset_done(self._health.needing_reset(ids))
         backend, cap = self._backend, self._max_in_flight
         if cap is not None:
             first.collect()

@@ -17,7 +17,7 @@ from aiovec._core._arguments import check_env_ids
 from aiovec._exceptions import BusyError, NothingSentError, ResetNeededError
 
 __all__ = ["check_can_abort", "check_can_recv", "check_can_send", "check_not_busy",
-           "check_nothing_owed"]
+           "check_nothing_owed", "check_reset_done"]
 
 
 def check_not_busy(operation: str, running: str | None) -> None:
@@ -54,6 +54,15 @@ def check_can_send(env_ids: Any, num_envs: int, *, running: str | None, has_rese
         raise BusyError(f"cannot send to sub-env(s) {sorted(still_owed)}: each is still "
                         "stepping or its result is waiting for recv()")
     return ids
+
+
+def check_reset_done(needy: Collection[int]) -> None:
+    """``ResetNeededError`` for a ``send`` to sub-envs ``needy`` that need a reset first;
+    checked after ``check_can_send``."""
+    if needy:
+        raise ResetNeededError(
+            f"cannot send to sub-env(s) {sorted(needy)}: they need a reset first (never reset, "
+            "failed, aborted, or done with autoreset disabled)")
 
 
 def check_can_recv(*, running: str | None, anything_owed: bool) -> None:

@@ -116,6 +116,30 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         return self._driver.run(self._remote.recv, batch_size=batch_size, min_size=min_size,
                                 wait=wait)
 
+    def abort(self, env_ids: Any = None) -> None:
+        """Cancel sub-envs ``env_ids``' outstanding steps (``None``: all) and return once the
+        request is out; see ``AsyncRemoteVectorEnv.abort``."""
+        self._begin_call("abort")
+        self._remote.abort(env_ids)
+        self._driver.run(self._remote._flush_queued)
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """The session's in-flight cap; see ``AsyncRemoteVectorEnv.max_in_flight``. Set, it
+        is sent at once."""
+        return self._remote.max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None:
+        self._begin_call("set max_in_flight")
+        self._remote.max_in_flight = value
+        self._driver.run(self._remote._flush_queued)
+
+    @property
+    def batch_size(self) -> int:
+        """How many results ``recv`` returns by default: the served session's."""
+        return self._remote.batch_size
+
     def _begin_call(self, method: str) -> None:
         """Refuse ``method`` once closed, or while a ``*_async`` call awaits its ``*_wait``."""
         if self.closed:

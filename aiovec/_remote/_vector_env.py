@@ -25,15 +25,17 @@ import gymnasium as gym
 import numpy as np
 
 from aiovec._core._actions import ActionCheckers
-from aiovec._core._arguments import check_recv_bounds, check_timeout
+from aiovec._core._arguments import check_count, check_recv_bounds, check_timeout
 from aiovec._core._batching import batch_space, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._refusals import (
+    check_can_abort,
     check_can_recv,
     check_can_send,
     check_not_busy,
     check_nothing_owed,
+    check_reset_done,
 )
 from aiovec._core._seeding import per_env_seeds
 from aiovec._exceptions import (
@@ -43,6 +45,7 @@ from aiovec._exceptions import (
     RemoteError,
     ServerGoneError,
 )
+from aiovec._remote._deadlines import Due, latest_answer
 from aiovec._remote._replies import arrays_of, infos_of, refusal, rejection, rows_of
 from aiovec._remote._websocket import WebSocket, WebSocketClosed, WebSocketRejected
 from aiovec._wire._codec import decode_frame, encode_frame, to_jsonable
@@ -98,13 +101,17 @@ class AsyncRemoteVectorEnv:
         self._running: str | None = None  # the call in progress, if any
         self._ids = itertools.count(1)
         self._has_reset = False
-        # First-ready batches: ``send`` requests not sent yet, those sent and not answered
-        # (request id -> env ids), and the sub-envs owing a result (-> when it is due).
+        # First-ready batches: ``send``, ``abort`` and cap requests not sent yet, those sent
+        # and not answered (request id -> op, env ids owing for it), the sub-envs owing a
+        # result, and those aborted (they need a reset before a ``send``).
         self._queued: list[dict[str, Any]] = []
-        self._unacked: dict[int, list[int]] = {}
+        self._unacked: dict[int, tuple[str, list[int]]] = {}
         self._owed: set[int] = set()
-        #: When each sent sub-env's deadline passes (``None``: it has none), once sent.
-        self._due: dict[int, float | None] = {}
+        self._aborted: set[int] = set()
+        self._due: dict[int, Due] = {}  # each sent sub-env's deadline
+        self._max_in_flight: int | None = None
+        #: How many results ``recv`` returns by default: the served session's (once started).
+        self.batch_size = num_envs
         # Abandoned recv requests, and the batches their answers brought all the same.
         self._abandoned_recvs: set[int] = set()
         self._stashed: list[StepBatch] = []
@@ -158,6 +165,8 @@ class AsyncRemoteVectorEnv:
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode(body["autoreset_mode"])}
+        self.batch_size = int(body.get("batch_size", self.num_envs))
+        self._max_in_flight = body.get("max_in_flight")
         self._checkers = ActionCheckers(self.single_action_space, self.num_envs, values=True)
 
     async def aclose(self) -> None:
@@ -222,6 +231,7 @@ class AsyncRemoteVectorEnv:
         ids = check_can_send(env_ids, self.num_envs,
                              running=None if self._running == "recv" else self._running,
                              has_reset=self._has_reset, owed=self._owed.intersection)
+        check_reset_done(self._aborted.intersection(ids))
         checked = self._checkers.of_size(len(ids)).check(actions, ids, copy=True)  # queued
         message: dict[str, Any] = {"op": "send", "id": next(self._ids), "actions": checked,
                                    "env_ids": ids}
@@ -241,7 +251,7 @@ class AsyncRemoteVectorEnv:
         results of that batch stay on the server's side of the error)."""
         self._raise_deferred()
         self._check_open("recv")
-        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.num_envs,
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
         bounds: dict[str, Any] = {"batch_size": batch_size}  # what was given: checked
         if min_size is not None:
@@ -255,12 +265,10 @@ class AsyncRemoteVectorEnv:
         check_can_recv(running=self._running, anything_owed=bool(self._owed))
         call = self._begin("recv", bounds, None, tell_server=False)
         started = await self._start(call)  # queued sends first: then every deadline is known
-        dues = [self._due.get(env_index) for env_index in self._owed]
-        # The server gives up on a late sub-env at its deadline: past the latest one, wait
-        # only for the transport.
-        limit = None if None in dues else TRANSPORT_GRACE + max(
-            0.0, max(due for due in dues if due is not None) - time.monotonic())
-        reply = await self._finish(call, refusals=False, timeout=limit, started=started)
+        latest = latest_answer(map(self._due.get, self._owed), self._max_in_flight,
+                               time.monotonic())
+        reply = await self._finish(call, refusals=False, started=started, timeout=None
+                                   if latest is None else latest + TRANSPORT_GRACE)
         if reply.get("ok"):  # after any batch a cancelled recv's late answer brought
             self._stashed.append(self._batch(reply))
         elif not (self._stashed and reply.get("error") == "nothing_sent"):
@@ -272,6 +280,37 @@ class AsyncRemoteVectorEnv:
         self._forget(batch.env_ids.tolist())
         return batch
 
+    def abort(self, env_ids: Any = None) -> None:
+        """Cancel the outstanding first-ready steps of sub-envs ``env_ids`` (``None``: all;
+        an empty sequence: none), as ``AsyncVectorEnv.abort``: nothing they return is ever
+        received, and each that owed a result needs a reset. Refused as locally, and also
+        while a ``recv`` waits (the session answers one request at a time). The request
+        goes out with the next call, as ``send``'s."""
+        self._raise_deferred()
+        if self._socket is not None or self._closed:  # (not started: nothing owed)
+            self._check_open("abort")
+        owed = sorted(self._owed.intersection(
+            check_can_abort(env_ids, self.num_envs, running=self._running)))
+        if owed:
+            self._queued.append({"op": "abort", "id": next(self._ids), "env_ids": owed})
+            self._aborted.update(owed)
+            self._drop_waiting(owed)  # stashed batches' rows too
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """At most this many sub-envs step at once among first-ready sends, on the server
+        (``None``: no cap), as ``AsyncVectorEnv.max_in_flight``; the session's to begin with
+        (``ServedEnv.vector_options``). Settable: the change goes out with the next call."""
+        return self._max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None:
+        self._check_open("set max_in_flight")
+        cap = check_count(value, "max_in_flight")
+        self._queued.append({"op": "max_in_flight", "id": next(self._ids),
+                             "max_in_flight": cap})
+        self._max_in_flight = cap
+
     def _batch(self, reply: dict[str, Any]) -> StepBatch:
         env_ids = np.asarray(reply["env_ids"], dtype=np.intp)
         observations, rewards, terminations, truncations, infos = self._step_result(reply)
@@ -281,7 +320,7 @@ class AsyncRemoteVectorEnv:
                       wait: float | None = None) -> AsyncIterator[StepBatch]:
         """``recv`` batches (same arguments) as they complete, until nothing sent is left to
         receive (as ``AsyncVectorEnv.batches``)."""
-        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.num_envs,
+        check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
         while self._owed:
             yield await self.recv(batch_size=batch_size, min_size=min_size, wait=wait)
@@ -316,9 +355,11 @@ class AsyncRemoteVectorEnv:
             if reply.get("error") in ("timeout", "sub_env_failed"):
                 failed = {int(index) for index in reply.get("env_ids", ()) or ()}
                 self._drop_waiting([index for index in call.reset_ids if index not in failed])
+                self._aborted.difference_update(set(call.reset_ids) - failed)
             raise refusal(reply, call.op, call.deadline)
         self._has_reset = True
         self._drop_waiting(call.reset_ids)
+        self._aborted.difference_update(call.reset_ids)
         return (arrays_of(reply["observations"], self.single_observation_space),
                 infos_of(reply["infos"]))
 
@@ -457,17 +498,24 @@ class AsyncRemoteVectorEnv:
             self._due.pop(env_index, None)
 
     async def _flush(self, socket: WebSocket) -> None:
-        """Send the queued ``send`` requests; their answers are read with the next ones."""
+        """Send the queued requests (``send``, ``abort``, the cap); their answers are read
+        with the next ones."""
         queued = self._queued
         while queued:
             message = queued[0]
             await self._send(socket, message)
             queued.pop(0)
-            self._unacked[message["id"]] = message["env_ids"]
-            seconds = message.get("timeout")  # the server's clock for it starts about now
-            due = None if seconds is None else time.monotonic() + seconds
-            for env_index in message["env_ids"]:
-                self._due[env_index] = due
+            op, now = message["op"], time.monotonic()
+            self._unacked[message["id"]] = (op, message["env_ids"] if op == "send" else [])
+            if op == "send":  # the server's clock for it starts about now
+                seconds = message.get("timeout")
+                for env_index in message["env_ids"]:
+                    self._due[env_index] = None if seconds is None else (now + seconds,
+                                                                        seconds)
+            elif op == "max_in_flight":  # a raised cap dispatches queued steps about now
+                for env_index, due in self._due.items():
+                    if due is not None:
+                        self._due[env_index] = (max(due[0], now + due[1]), due[1])
 
     async def _send(self, socket: WebSocket, message: dict[str, Any]) -> None:
         try:
@@ -501,15 +549,17 @@ class AsyncRemoteVectorEnv:
             # else: an answer to nothing this client asked
 
     def _late_answer(self, request_id: int, reply: dict[str, Any]) -> None:
-        """An answer to an earlier request: a queued ``send``'s (a refusal is raised by the
-        next call), an abandoned ``recv``'s (its batch waits for the next ``recv``; its error
-        is raised by the next call), or another abandoned call's (skipped)."""
+        """An answer to an earlier request: a queued ``send``'s, ``abort``'s or cap's (a
+        refusal is raised by the next call), an abandoned ``recv``'s (its batch waits for
+        the next ``recv``; its error is raised by the next call), or another abandoned
+        call's (skipped)."""
         ok = reply.get("ok")
-        sent_to = self._unacked.pop(request_id, None)
-        if sent_to is not None:
-            if not ok:  # a send the server refused: those sub-envs owe nothing
+        unacked = self._unacked.pop(request_id, None)
+        if unacked is not None:
+            if not ok:  # refused: a refused send's sub-envs owe nothing
+                op, sent_to = unacked
                 self._forget(sent_to)
-                self._defer(refusal(reply, "send"))
+                self._defer(refusal(reply, op))
             return
         if request_id in self._abandoned_recvs:
             self._abandoned_recvs.discard(request_id)

@@ -68,6 +68,12 @@ def openapi_document(env_ids: list[str], codes: list[str]) -> dict[str, Any]:
             "/sessions/{session_id}/recv": {"post": {
                 "summary": "The first-ready results: {batch_size: int | null, min_size: int | "
                            "null, wait: seconds | null}", **operate}},
+            "/sessions/{session_id}/abort": {"post": {
+                "summary": "Cancel sub-envs' outstanding steps (they need a reset after): "
+                           "{env_ids: [int] | null}", **operate}},
+            "/sessions/{session_id}/max_in_flight": {"post": {
+                "summary": "Move the in-flight cap: {max_in_flight: int | null}",
+                **operate}},
         },
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["error", "detail"], "properties": {
@@ -75,6 +81,8 @@ def openapi_document(env_ids: list[str], codes: list[str]) -> dict[str, Any]:
             "Session": {"type": "object", "properties": {
                 "session_id": {"type": "string"}, "env_id": {"type": "string"},
                 "num_envs": {"type": "integer"},
+                "batch_size": {"type": "integer"},
+                "max_in_flight": {"type": ["integer", "null"]},
                 "single_observation_space": {"type": "object"},
                 "single_action_space": {"type": "object"}}},
             "Result": {"type": "object", "properties": {

@@ -1,6 +1,7 @@
-"""What a session does for a request: ``reset``, ``step``, ``send`` and ``recv`` on its
-vector env, from a decoded request (a JSON object or a binary frame's tree) to a result tree
-(numpy arrays left as they are: each transport encodes them its own way).
+"""What a session does for a request: ``reset``, ``step``, ``send``, ``recv``, ``abort``
+and ``max_in_flight`` on its vector env, from a decoded request (a JSON object or a binary
+frame's tree) to a result tree (numpy arrays left as they are: each transport encodes them
+its own way).
 
 Every argument is checked here or by the vector env before any sub-env is sent anything: a
 client's wrong action, seed or id is refused (422 ``invalid``), never a sub-env failure to
@@ -172,6 +173,20 @@ def _restarted(infos: Mapping[str, Any], env_ids: Any = None) -> dict[str, str]:
             for row in np.flatnonzero(mask)}
 
 
+def _with_mask_array(options: dict[str, Any]) -> dict[str, Any]:
+    """Reset options as a local caller passes them: JSON has no arrays, so a ``reset_mask``
+    list becomes one (which the vector env then checks, as locally: booleans, one per
+    sub-env)."""
+    mask = options.get("reset_mask")
+    if not isinstance(mask, list):
+        return options
+    try:
+        return {**options, "reset_mask": np.asarray(mask)}
+    except ValueError:  # ragged nesting
+        raise ServeError("invalid", "options: reset_mask must be a list of booleans, one per "
+                         "sub-env") from None
+
+
 async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     options = request.get("options")
     if options is not None:
@@ -179,6 +194,7 @@ async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
             raise ServeError("invalid", f"{session.env_id} takes no reset options here")
         if not isinstance(options, dict):
             raise ServeError("invalid", "options must be an object or null")
+        options = _with_mask_array(options)
     observations, infos = await session.envs.reset(
         seed=_seed(request, session.envs.num_envs), options=options,
         timeout=_deadline(request, session))
@@ -232,7 +248,23 @@ async def recv(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
             "restarted": _restarted(batch.infos, batch.env_ids)}
 
 
-OPERATIONS: dict[str, Operation] = {"reset": reset, "step": step, "send": send, "recv": recv}
+async def abort(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Cancel the outstanding first-ready steps of ``env_ids`` (default all; an empty list:
+    none), as ``AsyncVectorEnv.abort``: each that owed a result then needs a reset. Its
+    check of ``env_ids`` is the local one (a ``ValueError``: ``invalid``)."""
+    session.envs.abort(request.get("env_ids"))
+    return {}
+
+
+async def max_in_flight(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Move the session's in-flight cap (``max_in_flight``: a positive int, or null for
+    none), as setting ``AsyncVectorEnv.max_in_flight`` does."""
+    session.envs.max_in_flight = _required(request, "max_in_flight")
+    return {}
+
+
+OPERATIONS: dict[str, Operation] = {"reset": reset, "step": step, "send": send, "recv": recv,
+                                    "abort": abort, "max_in_flight": max_in_flight}
 
 
 def restarts_in(result: Mapping[str, Any]) -> int:

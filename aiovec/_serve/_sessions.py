@@ -59,8 +59,10 @@ class Session:
                 "num_envs": envs.num_envs, "backend": envs.backend_name,
                 "single_observation_space": space_to_schema(envs.single_observation_space),
                 "single_action_space": space_to_schema(envs.single_action_space),
-                "autoreset_mode": envs.autoreset_mode.value}
-        return {**self._schema, "steps": self.steps,
+                "autoreset_mode": envs.autoreset_mode.value,
+                # What a client checks ``recv``'s bounds against, as the local env does.
+                "batch_size": envs.batch_size}
+        return {**self._schema, "max_in_flight": self.envs.max_in_flight, "steps": self.steps,
                 "restarts": self.envs.statistics().restarts, "busy": self.busy}
 
     def use(self) -> _Claim:

@@ -14,6 +14,10 @@ from aiovec._serve._sessions import Session
 
 __all__ = ["Telemetry"]
 
+#: The operations whose latency is measured: the others (``send``, ``abort``, moving the
+#: in-flight cap) return at once.
+_TIMED = frozenset({"reset", "step", "recv"})
+
 
 class Telemetry:
     """Counts what the server does; ``render()`` is the ``/metrics`` page."""
@@ -51,7 +55,7 @@ class Telemetry:
     def operation_done(self, session: Session, op: str, seconds: float,
                        result: Mapping[str, Any], restarts: int) -> None:
         self._operations.inc(op=op, outcome="ok")
-        if op != "send":
+        if op in _TIMED:
             self._latency.observe(seconds, op=op)
         if op in ("step", "recv"):
             self._env_steps.inc(float(np.size(result["rewards"])))
@@ -66,7 +70,7 @@ class Telemetry:
         """An operation refused or failed (outcome ``failed``), or ``cancelled`` (by the
         client, or its connection going); its latency counts all the same."""
         self._operations.inc(op=op, outcome="cancelled" if cancelled else "failed")
-        if op != "send":
+        if op in _TIMED:
             self._latency.observe(seconds, op=op)
 
     def cancelled_before_it_ran(self, op: str) -> None:

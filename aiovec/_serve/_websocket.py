@@ -1,9 +1,10 @@
 """The WebSocket routes: one session driven over one connection, which is its lease.
 
-Each message is a request ``{"op": "reset" | "step" | "send" | "recv" | "cancel" | "close",
-"id": int | str | null, ...}``, as JSON text or as a binary frame (``aiovec._wire``),
-answered in kind: ``{"id": ..., "ok": true, ...result}`` or ``{"id": ..., "ok": false,
-"error": code, "detail": ...}`` (``"id": null`` for a message that could not be read).
+Each message is a request ``{"op": "reset" | "step" | "send" | "recv" | "abort" |
+"max_in_flight" | "cancel" | "close", "id": int | str | null, ...}``, as JSON text or as a
+binary frame (``aiovec._wire``), answered in kind: ``{"id": ..., "ok": true, ...result}``
+or ``{"id": ..., "ok": false, "error": code, "detail": ...}`` (``"id": null`` for a message
+that could not be read).
 Requests run one at a time, in order; ``{"op": "cancel", "id": n}`` cancels request ``n``
 (running or waiting), which is answered ``cancelled``. The session is closed when the
 connection ends, and a hang-up cancels whatever was running; when the session is closed

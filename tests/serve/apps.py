@@ -10,10 +10,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import gymnasium as gym
+import numpy as np
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+import aiovec
 from aiovec.serve import EnvServer, Limits, ServedEnv, run
 from aiovec.testing import CountingEnv, EpisodeEnv, Fault, FaultyEnv
 from tests.object_envs import ChatEnv, UnicodeTextEnv
@@ -119,6 +122,25 @@ class SequenceObservations(gym.Env[Any, Any]):
         return (0,), 0.0, False, False, {}
 
 
+class SleepyEnv(aiovec.AsyncEnv):
+    """A coroutine env whose step sleeps for its action (seconds): a tool call, which the
+    async backend cancels when its step is aborted. Its observation is how many steps it
+    started, its reward the action."""
+
+    observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
+    action_space = gym.spaces.Box(0.0, 60.0, (), np.float64)
+
+    async def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        await super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1), {}
+
+    async def step(self, action: Any) -> Any:
+        self.steps += 1
+        await anyio.sleep(float(action))
+        return np.array([float(self.steps)]), float(action), False, False, {}
+
+
 ENVS: dict[str, ServedEnv] = {
     "CartPole-v1": ServedEnv("CartPole-v1", max_envs=8, description="Gymnasium's CartPole"),
     "ProcessCartPole-v1": ServedEnv("CartPole-v1", backend="process", max_envs=4,
@@ -151,6 +173,11 @@ ENVS: dict[str, ServedEnv] = {
     "ProcessChat-v0": ServedEnv(ChatEnv, backend="process", max_envs=4,
                                 vector_options={"num_workers": 2}),
     "UnicodeText-v0": ServedEnv(UnicodeTextEnv, max_envs=4),
+    # Coroutine sub-envs that sleep for their action; capped: one steps at a time, and recv
+    # returns two by default.
+    "Sleepy-v0": ServedEnv(SleepyEnv, backend="async", max_envs=8, reset_options=True),
+    "CappedSleepy-v0": ServedEnv(SleepyEnv, backend="async", max_envs=8,
+                                 vector_options={"max_in_flight": 1, "batch_size": 2}),
 }
 
 
