@@ -70,9 +70,10 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_ready.py \
 	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/faults tests/shim
 
+# Each run leaves every test's duration in build/junit-*.xml (where the suite's time goes).
 unit: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) -m "not serial"
-	$(BIN)/python -m pytest -m serial
+	$(BIN)/python -m pytest $(XDIST) -m "not serial" --junitxml=build/junit-unit.xml
+	$(BIN)/python -m pytest -m serial --junitxml=build/junit-serial.xml
 	AIOVEC_PARENT_WORKER=1 $(BIN)/python -m pytest $(XDIST) -k process \
 		-m "not serial and not slow and not worker_processes" $(PARENT_WORKER_TESTS)
 
