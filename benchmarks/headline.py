@@ -1,9 +1,14 @@
-"""The headline table: the real workloads over the runs kept in ``results/``, rendered once.
+"""The tables the documents quote, rendered once from the reports kept in ``results/``.
 
-README.md and the benchmarks guide (``docs/guide/benchmarks.md``) hold this table between the
-``BEGIN``/``END`` markers below; both are written by this script from the same result files, and
-``tests/test_headline_table.py`` checks that neither differs from what it renders, so the two
-can never disagree. After a new run of ``real_envs.py``, list its report in ``RUNS`` and::
+- The headline table: the real workloads over the runs of ``real_envs.py`` in ``RUNS``, held by
+  README.md and the benchmarks guide (``docs/guide/benchmarks.md``) between ``BEGIN``/``END``.
+- The agentic table: the last full run of ``agentic.py`` (``results/agentic.md``), held by
+  README.md and the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
+
+Each document is written by this script from the same result files, and
+``tests/test_headline_table.py`` checks that none differs from what it renders, so they can
+never disagree. After a new run of ``real_envs.py``, list its report in ``RUNS``; after a full
+run of ``agentic.py``, nothing to list; then::
 
     .venv/bin/python benchmarks/headline.py           # rewrite both documents
     .venv/bin/python benchmarks/headline.py --check   # exit 1 if either is out of date
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import arguments, number, read_tables
@@ -27,6 +32,15 @@ RUNS = [HERE / "results" / name for name in ("real_envs.md", "real_envs_run2.md"
 DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "guide" / "benchmarks.md"]
 BEGIN = "<!-- headline table: written by benchmarks/headline.py from benchmarks/results -->"
 END = "<!-- end of the headline table -->"
+
+AGENTIC = HERE / "results" / "agentic.md"
+AGENTIC_DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "guide" / "agentic.md"]
+AGENTIC_BEGIN = ("<!-- agentic table: written by benchmarks/headline.py from "
+                 "benchmarks/results/agentic.md -->")
+AGENTIC_END = "<!-- end of the agentic table -->"
+#: The columns of the agentic report the documents show.
+AGENTIC_COLUMNS = ("episodes/s", "% of X*", "turns/s vs hand-written", "mean batch / B",
+                   "p99 latency", "spread")
 
 TIMES, DASH = "\N{MULTIPLICATION SIGN}", "\N{EN DASH}"  # as the documents write them
 CELLS = [("Pong", 8), ("Pong", 32), ("HalfCheetah", 8), ("HalfCheetah", 32), ("CartPole", 32)]
@@ -95,15 +109,51 @@ def render(runs: Sequence[Path] = RUNS) -> str:
     return "\n".join([*lines, "", *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 
-def replace_block(text: str, table: str) -> str:
+def render_agentic(path: Path = AGENTIC) -> str:
+    """The agentic table: a row per variant and contender, X* per variant, the target checks
+    and the machine, from the report at ``path``."""
+    report = path.read_text()
+    heading = "| variant (X*) | contender | " + " | ".join(AGENTIC_COLUMNS) + " |"
+    lines = [heading, "|---|---|" + "---:|" * len(AGENTIC_COLUMNS)]
+    for section in report.split("\n## ")[1:]:
+        variant = section.split(":", 1)[0]
+        bound = next((line.split("(")[0].removeprefix("X* = ").strip()
+                      for line in section.splitlines() if line.startswith("X* = ")), None)
+        if bound is None:
+            continue
+        for _, rows in read_tables(section).items():
+            for row in rows:
+                cells = [row.get(column, "—") for column in AGENTIC_COLUMNS]
+                lines.append(f"| {variant} ({bound}) | {row['contender']} | "
+                             + " | ".join(cells) + " |")
+    checks = report.split("## Target checks", 1)[1].split("```")[1].strip("\n")
+    caption = (
+        f"Medians of the interleaved repeats of one full run of `benchmarks/agentic.py` "
+        f"(`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`, which has every "
+        "column and the formulas of X*); spread = (max - min) / median of episodes/s. "
+        f"Machine: {_stated([report], 'machine')}. Software: {_stated([report], 'versions')}. "
+        f"Date: {_stated([report], 'date')}.")
+    return "\n".join([*lines, "", "```", checks, "```", "",
+                      *textwrap.wrap(caption, 96, break_on_hyphens=False)])
+
+
+#: Each quoted table: its markers, how it is rendered, the documents that hold it.
+BLOCKS: list[tuple[tuple[str, str], Callable[[], str], list[Path]]] = [
+    ((BEGIN, END), render, DOCUMENTS),
+    ((AGENTIC_BEGIN, AGENTIC_END), render_agentic, AGENTIC_DOCUMENTS)]
+
+
+def replace_block(text: str, table: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
     """``text`` with what stands between the markers replaced by ``table``."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return f"{text[:start]}\n{table}\n{text[end:]}"
+    begin, end = markers
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return f"{text[:start]}\n{table}\n{text[stop:]}"
 
 
-def block(text: str) -> str:
+def block(text: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
     """What stands between the markers in ``text``."""
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
+    begin, end = markers
+    return text[text.index(begin) + len(begin):text.index(end)].strip("\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -111,14 +161,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a document is out of date")
     args = parser.parse_args(argv)
-    table = render()
-    stale = [path for path in DOCUMENTS if block(path.read_text()) != table]
-    for path in stale:
-        if args.check:
-            print(f"{path.relative_to(ROOT)}: the headline table is out of date", file=sys.stderr)
-        else:
-            path.write_text(replace_block(path.read_text(), table))
-            print(f"wrote {path.relative_to(ROOT)}")
+    stale = False
+    for markers, rendering, documents in BLOCKS:
+        table = rendering()
+        for path in documents:
+            if block(path.read_text(), markers) == table:
+                continue
+            stale = True
+            if args.check:
+                print(f"{path.relative_to(ROOT)}: the {markers[0]} block is out of date",
+                      file=sys.stderr)
+            else:
+                path.write_text(replace_block(path.read_text(), table, markers))
+                print(f"wrote {path.relative_to(ROOT)}")
     if args.check and stale:
         raise SystemExit(1)
 

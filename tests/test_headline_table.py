@@ -1,5 +1,6 @@
-"""README.md and the benchmarks guide show one headline table, the one ``benchmarks/headline.py``
-renders from the result files: neither can drift from the other or from the measurements."""
+"""README.md and the guides show the tables ``benchmarks/headline.py`` renders from the result
+files (the headline table; the agentic table): none can drift from another or from the
+measurements."""
 
 from __future__ import annotations
 
@@ -28,12 +29,26 @@ def test_the_readme_and_the_guide_show_the_rendered_table(headline: ModuleType) 
     table = headline.render()
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + len(headline.CELLS)  # the headings, then a row a cell
-    for path in headline.DOCUMENTS:
-        text = path.read_text()
-        assert text.count(headline.BEGIN) == text.count(headline.END) == 1, path.name
-        assert headline.block(text) == table, (
-            f"{path.relative_to(ROOT)}: the headline table differs from the result files; "
-            "run benchmarks/headline.py")
+    for markers, rendering, documents in headline.BLOCKS:
+        table = rendering()
+        for path in documents:
+            text = path.read_text()
+            assert text.count(markers[0]) == text.count(markers[1]) == 1, path.name
+            assert headline.block(text, markers) == table, (
+                f"{path.relative_to(ROOT)}: {markers[0]} differs from the result files; "
+                "run benchmarks/headline.py")
+
+
+def test_the_agentic_table_has_every_contender_and_every_target(headline: ModuleType) -> None:
+    """A row per variant and contender of the report, and its target checks as they are."""
+    report = headline.AGENTIC.read_text()
+    table = headline.render_agentic()
+    measured = sum(len(rows) for section in report.split("\n## ")[1:]
+                   for rows in headline.read_tables(section).values())
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert measured >= 8 and len(rows) == 1 + measured
+    targets = [line for line in report.splitlines() if line.startswith(("PASS", "MISS"))]
+    assert len(targets) == 5 and all(line in table.splitlines() for line in targets)
 
 
 def test_the_table_is_read_from_the_result_files(headline: ModuleType, tmp_path: Path) -> None:
@@ -60,10 +75,13 @@ def test_the_table_is_read_from_the_result_files(headline: ModuleType, tmp_path:
     assert f"{dash}3.33{times} |" in changed[0][1]
 
 
-def test_the_readme_quotes_figures_in_the_headline_table_only(headline: ModuleType) -> None:
-    """One table of measured figures: the README's other tables compare features."""
+def test_the_readme_quotes_figures_in_the_rendered_tables_only(headline: ModuleType) -> None:
+    """Measured figures only in the rendered tables: the README's other tables compare
+    features."""
     text = (ROOT / "README.md").read_text()
-    outside = text.replace(headline.block(text), "")
+    outside = text
+    for markers, _, _ in headline.BLOCKS:
+        outside = outside.replace(headline.block(text, markers), "")
     figure = re.compile(r"\d[\d,.]*\s?(?:\N{MULTIPLICATION SIGN}|x\b|%|steps/s|ms\b)")
     figures = [line for line in outside.splitlines()
                if line.startswith("|") and figure.search(line)]
