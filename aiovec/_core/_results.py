@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from aiovec._core._batching import concatenate_afresh, take_rows
+from aiovec._core._batching import concatenate_afresh, copy_batch, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._infos import PackedInfos, merge_info, splice_infos
 from aiovec._core._observations import copy_observations, misfit_failure, read_row
@@ -42,7 +42,7 @@ class BatchResults:
         self.num_envs = num_envs
         self.space = spaces.single_observation_space
         #: First-ready batches hand the caller copies of the objects the sub-envs returned
-        #: (the vector env's ``copy``; arrays are new in every batch anyway).
+        #: (the vector env's ``copy``; arrays are new in every batch anyway): ``copy_batch``.
         self.copy = copy
         self.in_place = buffers is not None
         #: Each sub-env's ``np_random_seed`` as of its last reset.
@@ -302,7 +302,7 @@ class BatchResults:
         if not self.in_place:  # batched first: an observation that does not fit is refused
             observations = self._batch_of(env_ids, replies, broken, restarted)
             if self.copy:
-                observations = copy_observations(observations, arrays=False)
+                observations = copy_batch(self.space, observations)
             refused = {failure.env_index for failure in self.misfits}
         stepped: Sequence[int] = range(size)
         if broken or restarted or refused:

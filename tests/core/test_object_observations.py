@@ -22,6 +22,8 @@ from tests.object_envs import (
     ChatEnv,
     CountingText,
     CountingTextEnv,
+    TokenBufferEnv,
+    TokenDictEnv,
     actions_for,
 )
 
@@ -129,6 +131,33 @@ async def test_copy_false_hands_out_the_objects_the_sub_envs_returned(backend: s
         envs.send(actions_for("chat", 1, 1), [0])
         batch = await envs.recv()
         assert batch.observations[0] is first and len(first) == 6
+
+
+def tokens_of(observations: Any) -> list[Any]:
+    """The token buffers in a batch of ``TokenBufferEnv`` or ``TokenDictEnv`` observations."""
+    return list(observations["tokens"] if isinstance(observations, dict) else observations)
+
+
+@pytest.mark.parametrize("backend", ["inline", "thread", "async"])
+@pytest.mark.parametrize("env", [TokenBufferEnv, TokenDictEnv], ids=["object", "in-dict"])
+async def test_arrays_inside_objects_are_copied_out_by_recv_as_by_step(
+        backend: str, env: type[TokenBufferEnv]) -> None:
+    """An env that returns a buffer it updates in place: neither a first-ready batch nor a
+    full one changes when the sub-env steps again (``copy=True``)."""
+    factories = for_backend(backend, [env] * 2)
+    async with aiovec.AsyncVectorEnv(factories, backend=backend) as envs:
+        await envs.reset(seed=0)
+        envs.send((1, 2), [0, 1])
+        received = await envs.recv(batch_size=2)
+        observations, *_ = await envs.step((1, 1))
+        stepped = tokens_of(observations)
+        envs.send((1, 1), [0, 1])
+        await envs.recv(batch_size=2)
+        await envs.step((1, 1))
+        rows = dict(zip(received.env_ids.tolist(), tokens_of(received.observations)))
+        assert {index: row.tolist() for index, row in rows.items()} == {0: [1] * 4,
+                                                                         1: [2] * 4}
+        assert [row.tolist() for row in stepped] == [[2] * 4, [3] * 4]
 
 
 async def test_thousands_of_text_envs_share_one_space_per_batch() -> None:
