@@ -7,6 +7,7 @@ of the served path: module-level classes, so worker processes and Ray actors imp
 - ``ChatEnv``: a chat as a list of message dicts (``ObjectSpace(list)``) and a string action;
   it returns its own list and appends to it at the next step, so a vector env that hands out
   the sub-env's object instead of a copy shows it.
+- ``FailingChatEnv``: a ``ChatEnv`` whose step raises for the action ``"fail"``.
 - ``TokenBufferEnv`` (and ``TokenDictEnv``, the same inside a ``Dict`` beside an array): token
   ids in a numpy buffer the env keeps and updates in place (``ObjectSpace(np.ndarray)``).
 - ``EchoObjectEnv``: observes the action it was given (an ``ObjectSpace(list)``), as it was
@@ -85,6 +86,16 @@ class ChatEnv(gym.Env[list[dict[str, Any]], str]):
                                          "lines": int(self.np_random.integers(100)),
                                          "error": None}})
         return self.messages, 1.0, self.left <= 0, False, {}
+
+
+class FailingChatEnv(ChatEnv):
+    """A ``ChatEnv`` whose step raises ``RuntimeError`` for the action ``"fail"``."""
+
+    def step(self, action: str) -> tuple[list[dict[str, Any]], float, bool, bool,
+                                         dict[str, Any]]:
+        if action == "fail":
+            raise RuntimeError("asked to fail")
+        return super().step(action)
 
 
 class TokenBufferEnv(gym.Env[Any, int]):

@@ -484,7 +484,9 @@ class Engine:
 
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
-        self._results = BatchResults(spaces, buffers, n, self.copy)
+        # Out of process, replies were just unpickled: nothing else holds their objects.
+        self._results = BatchResults(spaces, buffers, n, self.copy,
+                                     fresh=not self._backend.in_process)
         self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
         self._all_envs = range(n)
 
