@@ -29,7 +29,7 @@ from gymnasium.vector import utils as gym_utils
 from aiovec._core._observations import copy_observations
 
 __all__ = ["TUPLE_OF_VALUES", "batch_differing_spaces", "batch_space", "batches_into_rows",
-           "concatenate_afresh", "copy_batch", "shared_rows", "take_rows"]
+           "concatenate_afresh", "copied_rows", "copy_batch", "shared_rows", "take_rows"]
 
 #: Gymnasium's batching of a space it cannot batch into arrays (a Tuple of copies), and of
 #: Dict and Tuple spaces: the implementations its ``batch_space`` dispatches to.
@@ -86,12 +86,7 @@ def batch_differing_spaces(spaces: Sequence[Space[Any]]) -> Space[Any]:
         first = spaces[0]
         gymnasium_batches = type(first) in gym_utils.batch_differing_spaces.registry
         if batches_into_rows(first) and gymnasium_batches:
-            copies: dict[int, Space[Any]] = {}
-            for space in spaces:
-                if id(space) not in copies:
-                    copies[id(space)] = copy.deepcopy(space)
-            return Tuple([copies[id(space)] for space in spaces],
-                         seed=copy.deepcopy(first.np_random))
+            return copied_rows(spaces)
         if isinstance(first, Dict):  # (every one is: the same type)
             dicts = cast("Sequence[Dict]", spaces)
             if all(space.spaces.keys() == first.spaces.keys() for space in dicts):
@@ -107,6 +102,17 @@ def batch_differing_spaces(spaces: Sequence[Space[Any]]) -> Space[Any]:
     # Arrays, and whatever Gymnasium refuses (it says why).
     batched: Space[Any] = gym_utils.batch_differing_spaces(spaces)
     return batched
+
+
+def copied_rows(spaces: Sequence[Space[Any]]) -> Tuple[Any]:
+    """The batch of values of ``spaces`` (one each) of a space batched into rows: a private
+    copy of each distinct space object (sub-envs that share their space share its row)."""
+    copies: dict[int, Space[Any]] = {}
+    for space in spaces:
+        if id(space) not in copies:
+            copies[id(space)] = copy.deepcopy(space)
+    return Tuple([copies[id(space)] for space in spaces],
+                 seed=copy.deepcopy(spaces[0].np_random))
 
 
 def concatenate_afresh(space: Space[Any], values: Sequence[Any]) -> Any:
