@@ -484,9 +484,8 @@ class Engine:
 
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
-        # Out of process, replies were just unpickled: nothing else holds their objects.
         self._results = BatchResults(spaces, buffers, n, self.copy,
-                                     fresh=not self._backend.in_process)
+                                     fresh=self._backend.fresh_replies)
         self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
         self._all_envs = range(n)
 

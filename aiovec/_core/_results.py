@@ -44,8 +44,8 @@ class BatchResults:
         #: First-ready batches hand the caller copies of the objects the sub-envs returned
         #: (the vector env's ``copy``; arrays are new in every batch anyway): ``copy_batch``.
         self.copy = copy
-        #: The replies are objects nothing else holds (unpickled from a worker or an actor):
-        #: a first-ready batch then hands them out as they are, ``copy`` or not; only a row
+        #: The replies are objects nothing else holds (``Backend.fresh_replies``): a
+        #: first-ready batch then hands them out as they are, ``copy`` or not; only a row
         #: repeated from an earlier batch (a broken sub-env's) is copied (``_previous``).
         self.fresh = fresh
         self.in_place = buffers is not None

@@ -166,14 +166,16 @@ def tokens_of(observations: Any) -> list[Any]:
     return list(observations["tokens"] if isinstance(observations, dict) else observations)
 
 
-@pytest.mark.parametrize("backend", ["inline", "thread", "async"])
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("env", [TokenBufferEnv, TokenDictEnv], ids=["object", "in-dict"])
 async def test_arrays_inside_objects_are_copied_out_by_recv_as_by_step(
         backend: str, env: type[TokenBufferEnv]) -> None:
     """An env that returns a buffer it updates in place: neither a first-ready batch nor a
-    full one changes when the sub-env steps again (``copy=True``)."""
+    full one changes when the sub-env steps again (``copy=True``), and the caller may write
+    to the arrays it got (Ray's own are read-only views of its object store)."""
     factories = for_backend(backend, [env] * 2)
-    async with aiovec.AsyncVectorEnv(factories, backend=backend) as envs:
+    async with aiovec.AsyncVectorEnv(factories, backend=backend,
+                                     **options_for(backend)) as envs:
         await envs.reset(seed=0)
         envs.send((1, 2), [0, 1])
         received = await envs.recv(batch_size=2)
@@ -186,6 +188,7 @@ async def test_arrays_inside_objects_are_copied_out_by_recv_as_by_step(
         assert {index: row.tolist() for index, row in rows.items()} == {0: [1] * 4,
                                                                          1: [2] * 4}
         assert [row.tolist() for row in stepped] == [[2] * 4, [3] * 4]
+        assert all(row.flags.writeable for row in [*rows.values(), *stepped])
 
 
 async def test_thousands_of_text_envs_share_one_space_per_batch() -> None:
