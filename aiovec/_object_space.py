@@ -12,7 +12,6 @@ one of ``Text`` rows (registering this space there would make Gymnasium iterate 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from gymnasium import Space
 from gymnasium.spaces import Tuple
 from gymnasium.vector import utils as gym_utils
 
-from aiovec._core._batching import TUPLE_OF_VALUES, shared_rows
+from aiovec._core._batching import TUPLE_OF_VALUES, copied_rows, shared_rows
 
 __all__ = ["ObjectSpace"]
 
@@ -96,9 +95,8 @@ class ObjectSpace(Space[Any]):
 
 # (Gymnasium dispatches this one on the type of the first space of the sequence it is given.)
 def _differing_rows(spaces: Sequence[ObjectSpace]) -> Tuple[Any]:  # type: ignore[misc]
-    """A batch of values of ``spaces``, one each: a private copy of each space."""
-    return Tuple([copy.deepcopy(space) for space in spaces],
-                 seed=copy.deepcopy(spaces[0].np_random))
+    """A batch of values of ``spaces``, one each, as aiovec's own batching makes it."""
+    return copied_rows(spaces)
 
 
 def _empty_rows(space: ObjectSpace, n: int = 1, fn: Callable[..., Any] = np.zeros

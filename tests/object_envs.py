@@ -7,6 +7,11 @@ of the served path: module-level classes, so worker processes and Ray actors imp
 - ``ChatEnv``: a chat as a list of message dicts (``ObjectSpace(list)``) and a string action;
   it returns its own list and appends to it at the next step, so a vector env that hands out
   the sub-env's object instead of a copy shows it.
+- ``FailingChatEnv``: a ``ChatEnv`` whose step raises for the action ``"fail"``.
+- ``TokenBufferEnv`` (and ``TokenDictEnv``, the same inside a ``Dict`` beside an array): token
+  ids in a numpy buffer the env keeps and updates in place (``ObjectSpace(np.ndarray)``).
+- ``EchoObjectEnv``: observes the action it was given (an ``ObjectSpace(list)``), as it was
+  when the sub-env got it.
 
 Both are seed-determined, start each episode with every one of ``UNUSUAL``, and end episodes
 after a seed-drawn number of steps (autoreset runs).
@@ -18,7 +23,8 @@ import copy
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.spaces import Text
+import numpy as np
+from gymnasium.spaces import Box, Dict, Discrete, Text
 
 import aiovec
 
@@ -80,6 +86,60 @@ class ChatEnv(gym.Env[list[dict[str, Any]], str]):
                                          "lines": int(self.np_random.integers(100)),
                                          "error": None}})
         return self.messages, 1.0, self.left <= 0, False, {}
+
+
+class FailingChatEnv(ChatEnv):
+    """A ``ChatEnv`` whose step raises ``RuntimeError`` for the action ``"fail"``."""
+
+    def step(self, action: str) -> tuple[list[dict[str, Any]], float, bool, bool,
+                                         dict[str, Any]]:
+        if action == "fail":
+            raise RuntimeError("asked to fail")
+        return super().step(action)
+
+
+class TokenBufferEnv(gym.Env[Any, int]):
+    """Each step adds the action to every token of its buffer, in place, and returns the
+    buffer itself."""
+
+    observation_space: gym.Space[Any] = aiovec.ObjectSpace(np.ndarray)
+    action_space = Discrete(3)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.tokens = np.zeros(4, np.int64)
+        return self._observation(), {}
+
+    def step(self, action: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.tokens += int(action)
+        return self._observation(), 0.0, False, False, {}
+
+    def _observation(self) -> Any:
+        return self.tokens
+
+
+class TokenDictEnv(TokenBufferEnv):
+    """``TokenBufferEnv`` with its buffer in a ``Dict``, beside an array."""
+
+    observation_space = Dict({"tokens": aiovec.ObjectSpace(np.ndarray),
+                              "total": Box(0, np.inf, (1,))})
+
+    def _observation(self) -> Any:
+        return {"tokens": self.tokens, "total": np.array([self.tokens.sum()], np.float32)}
+
+
+class EchoObjectEnv(gym.Env[list[Any], list[Any]]):
+    """Observes the list it is given as its action, copied as the sub-env received it."""
+
+    observation_space = action_space = aiovec.ObjectSpace(list)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+        return [], {}
+
+    def step(self, action: list[Any]) -> tuple[list[Any], float, bool, bool, dict[str, Any]]:
+        return list(action), 0.0, False, False, {}
 
 
 class CountingText(Text):

@@ -26,8 +26,10 @@ from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector import utils as gym_utils
 
+from aiovec._core._observations import copy_observations
+
 __all__ = ["TUPLE_OF_VALUES", "batch_differing_spaces", "batch_space", "batches_into_rows",
-           "concatenate_afresh", "shared_rows", "take_rows"]
+           "concatenate_afresh", "copied_rows", "copy_batch", "shared_rows", "take_rows"]
 
 #: Gymnasium's batching of a space it cannot batch into arrays (a Tuple of copies), and of
 #: Dict and Tuple spaces: the implementations its ``batch_space`` dispatches to.
@@ -84,12 +86,7 @@ def batch_differing_spaces(spaces: Sequence[Space[Any]]) -> Space[Any]:
         first = spaces[0]
         gymnasium_batches = type(first) in gym_utils.batch_differing_spaces.registry
         if batches_into_rows(first) and gymnasium_batches:
-            copies: dict[int, Space[Any]] = {}
-            for space in spaces:
-                if id(space) not in copies:
-                    copies[id(space)] = copy.deepcopy(space)
-            return Tuple([copies[id(space)] for space in spaces],
-                         seed=copy.deepcopy(first.np_random))
+            return copied_rows(spaces)
         if isinstance(first, Dict):  # (every one is: the same type)
             dicts = cast("Sequence[Dict]", spaces)
             if all(space.spaces.keys() == first.spaces.keys() for space in dicts):
@@ -105,6 +102,17 @@ def batch_differing_spaces(spaces: Sequence[Space[Any]]) -> Space[Any]:
     # Arrays, and whatever Gymnasium refuses (it says why).
     batched: Space[Any] = gym_utils.batch_differing_spaces(spaces)
     return batched
+
+
+def copied_rows(spaces: Sequence[Space[Any]]) -> Tuple[Any]:
+    """The batch of values of ``spaces`` (one each) of a space batched into rows: a private
+    copy of each distinct space object (sub-envs that share their space share its row)."""
+    copies: dict[int, Space[Any]] = {}
+    for space in spaces:
+        if id(space) not in copies:
+            copies[id(space)] = copy.deepcopy(space)
+    return Tuple([copies[id(space)] for space in spaces],
+                 seed=copy.deepcopy(spaces[0].np_random))
 
 
 def concatenate_afresh(space: Space[Any], values: Sequence[Any]) -> Any:
@@ -130,3 +138,19 @@ def take_rows(batch: Any, rows: Any, space: Space[Any]) -> Any:
             return tuple(batch[rows])
         return tuple(batch[row] for row in rows)
     return batch[rows]
+
+
+def copy_batch(space: Space[Any], batch: Any) -> Any:
+    """A batch just made (``concatenate_afresh``, ``take_rows``, a checked batch of actions)
+    as one its receiver owns: its numeric arrays are new already and kept; the values of a
+    space batched into rows (the sub-envs' or the caller's own objects) are copied
+    (``copy_observations``, arrays inside them too); Dict and Tuple batches part by part."""
+    if isinstance(space, Dict):
+        return {key: copy_batch(child, batch[key]) for key, child in space.spaces.items()}
+    if isinstance(space, Tuple):
+        return tuple(copy_batch(child, part) for child, part in zip(space.spaces, batch))
+    if batches_into_rows(space):
+        return tuple([copy_observations(value) for value in batch])
+    if isinstance(batch, np.ndarray) and batch.dtype != object:
+        return batch
+    return copy_observations(batch)  # a custom batching: whatever it holds, copied

@@ -25,6 +25,7 @@ import anyio
 
 from aiovec._core._arguments import RecvBounds, check_count, check_timeout
 from aiovec._core._backend import Arrivals
+from aiovec._core._batching import copy_batch
 from aiovec._core._engine import Engine, State
 from aiovec._core._first_ready import FirstReady, QueuedSend, StepBatch
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
@@ -106,8 +107,12 @@ class FirstReadyCalls(Engine):
             first.collect()
         queue = bool(first.queued) or (cap is not None and len(first.in_flight) + len(ids) > cap)
         checker = self._checkers.of_size(len(ids))
-        # Queued actions wait: they must be a copy of the caller's, whatever the backend.
+        # Queued actions wait: they must be a copy of the caller's, whatever the backend,
+        # objects too (sent at once, objects are pickled by then, or handed over as they are
+        # to an in-process sub-env, as Gymnasium hands them).
         batch = checker.check(actions, ids, copy=backend.keeps_actions or queue)
+        if queue:
+            batch = copy_batch(self._checkers.single_action_space, batch)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
         if queue:
             sent = first.enqueue(ids, payloads, seconds, self._checkers.single_action_space

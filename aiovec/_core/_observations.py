@@ -21,31 +21,31 @@ _IMMUTABLE = frozenset({str, bytes, int, float, bool, complex, type(None)})
 _REBUILT_LEVELS = 32
 
 
-def copy_observations(observations: Any, arrays: bool = True) -> Any:
+def copy_observations(observations: Any) -> Any:
     """A copy the caller owns, equal to what ``copy.deepcopy`` gives at a fraction of its
     cost: numeric arrays copied; dicts, lists and tuples rebuilt (an object twice inside
     comes out as two copies); immutable values kept (strings, bytes, numbers, ``None``: a
-    batch of ``Text`` costs nothing); anything else deep-copied. ``arrays=False`` keeps the
-    numeric arrays too, for a batch whose arrays were just made."""
-    return _copied(observations, arrays, 0)
+    batch of ``Text`` costs nothing); anything else deep-copied. (A batch whose arrays were
+    just made: ``_batching.copy_batch``.)"""
+    return _copied(observations, 0)
 
 
-def _copied(value: Any, arrays: bool, depth: int) -> Any:
+def _copied(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind in _IMMUTABLE:
         return value
     if isinstance(value, np.ndarray) and value.dtype != object:
-        return value.copy() if arrays else value
+        return value.copy()
     if depth > _REBUILT_LEVELS:
         return copy.deepcopy(value)
     if kind is tuple:
         if all(type(item) in _IMMUTABLE for item in value):
             return value
-        return tuple([_copied(item, arrays, depth + 1) for item in value])
+        return tuple([_copied(item, depth + 1) for item in value])
     if kind is list:
-        return [_copied(item, arrays, depth + 1) for item in value]
+        return [_copied(item, depth + 1) for item in value]
     if kind is dict:
-        return {key: _copied(item, arrays, depth + 1) for key, item in value.items()}
+        return {key: _copied(item, depth + 1) for key, item in value.items()}
     if isinstance(value, np.generic) and not isinstance(value, np.void):
         return value
     return copy.deepcopy(value)

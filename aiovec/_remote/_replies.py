@@ -87,8 +87,12 @@ def refusal(reply: Mapping[str, Any], operation: str,
 
 
 def rows_of(part: Any, rows: list[int]) -> Any:
-    """Rows ``rows`` of a batch's rewards, episode ends, ids or infos (an array, or a dict of
-    them); its observations: ``_core._batching.take_rows``."""
+    """Rows ``rows`` of a batch's rewards, episode ends, ids or infos: arrays indexed, lists
+    picked from (infos that JSON did not make arrays of: strings, ragged rows), dicts part by
+    part. Its observations: ``_core._batching.take_rows``, which follows their space (these
+    parts have none)."""
     if isinstance(part, dict):
         return {key: rows_of(value, rows) for key, value in part.items()}
+    if isinstance(part, list):
+        return [part[row] for row in rows]
     return part[rows] if isinstance(part, np.ndarray) else part

@@ -6,6 +6,7 @@ leaves a marker when it starts (``gates.entered``), when it finishes (``gates.fi
 and, on the async backend, when it is cancelled (``gates.cancelled``); ``gates.most_at_once``
 is the most steps any step saw running at once (its own included). A step's observation is
 how many steps its sub-env started in all (resets do not count), its reward its action.
+``HeldEchoEnv`` takes a list for its action and observes it, as the step received it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ class Gates:
         self.directory = directory
         (directory / "active").mkdir()
 
-    def factories(self, backend: str, count: int) -> list[Any]:
-        env_class = AsyncHeldEnv if backend == "async" else HeldEnv
+    def factories(self, backend: str, count: int, env_class: type | None = None) -> list[Any]:
+        if env_class is None:
+            env_class = AsyncHeldEnv if backend == "async" else HeldEnv
         return [functools.partial(env_class, str(self.directory), index)
                 for index in range(count)]
 
@@ -143,3 +145,19 @@ class AsyncHeldEnv(_Steps, aiovec.AsyncEnv[Any, Any]):
         finally:
             active.unlink()
         return self._finish(step, action)
+
+
+class HeldEchoEnv(HeldEnv):
+    """A ``HeldEnv`` whose action is a list (``aiovec.ObjectSpace(list)``), observed as the
+    step received it."""
+
+    observation_space = action_space = aiovec.ObjectSpace(list)  # type: ignore[assignment]
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        return [], {}
+
+    def _finish(self, step: int, action: Any) -> Any:
+        (self.directory / f"finished-{self.index}-{step}").touch()
+        return list(action), 0.0, False, False, {}

@@ -11,7 +11,7 @@ import pytest
 
 import aiovec
 from tests.backends_matrix import DEADLINE_BACKENDS, LOCAL_BACKENDS
-from tests.core.held import Gates
+from tests.core.held import Gates, HeldEchoEnv
 from tests.core.test_recv_bounds import ids, workers
 
 pytestmark = pytest.mark.anyio
@@ -175,6 +175,26 @@ async def test_a_waiting_recv_keeps_the_deadline_of_a_step_dispatched_meanwhile(
         assert ids(raised.value.partial_result) == [0, 1]
         assert gates.entered(1, 1)
         gates.release(1)
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+async def test_a_queued_object_action_is_a_snapshot(anyio_backend: Any, backend: str,
+                                                    gates: Gates) -> None:
+    """Cap 1: a list sent while another step runs waits in the queue; changing it after
+    ``send`` changes nothing its sub-env gets (pickled later, or handed over later)."""
+    async with aiovec.AsyncVectorEnv(gates.factories(backend, 2, HeldEchoEnv), backend=backend,
+                                     max_in_flight=1, **workers(backend, 2)) as envs:
+        await envs.reset()
+        gates.hold(0)
+        envs.send(([0],), [0])
+        message = ["sent"]
+        envs.send((message,), [1])
+        assert (envs.num_stepping, envs.num_queued) == (1, 1)
+        message.append("changed after send")
+        gates.release(0)
+        with anyio.fail_after(30):
+            batch = await envs.recv(batch_size=2)
+    assert dict(zip(batch.env_ids.tolist(), batch.observations)) == {0: [0], 1: ["sent"]}
 
 
 @pytest.mark.parametrize("backend", ["inline", "thread"])

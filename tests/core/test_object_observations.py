@@ -5,6 +5,7 @@ gets), and batched spaces that share their rows."""
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -13,7 +14,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector import utils as gym_utils
 
 import aiovec
-from tests.backends_matrix import ALL_BACKENDS, for_backend
+from tests.backends_matrix import ALL_BACKENDS, LOCAL_BACKENDS, for_backend
 from tests.helpers import assert_identical
 from tests.object_envs import (
     ENV_KINDS,
@@ -22,6 +23,9 @@ from tests.object_envs import (
     ChatEnv,
     CountingText,
     CountingTextEnv,
+    FailingChatEnv,
+    TokenBufferEnv,
+    TokenDictEnv,
     actions_for,
 )
 
@@ -129,6 +133,62 @@ async def test_copy_false_hands_out_the_objects_the_sub_envs_returned(backend: s
         envs.send(actions_for("chat", 1, 1), [0])
         batch = await envs.recv()
         assert batch.observations[0] is first and len(first) == 6
+
+
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_received_chats_are_the_caller_s_on_every_backend(backend: str) -> None:
+    """``copy=True``: the chats of a first-ready batch are the caller's. The sub-env goes on
+    appending to its own list (in process) without changing them; a later batch's objects are
+    others; a failed sub-env's row, its last chat repeated, is a copy of it, not the object
+    the caller already holds (out of process, fresh replies go out uncopied; that row not)."""
+    factories = for_backend(backend, [FailingChatEnv] * 2)
+    async with aiovec.AsyncVectorEnv(factories, backend=backend,
+                                     **options_for(backend)) as envs:
+        await envs.reset(seed=0)
+        envs.send(("a", "b"), [0, 1])
+        first = await envs.recv(batch_size=2)
+        chats = dict(zip(first.env_ids.tolist(), first.observations))
+        kept = copy.deepcopy(chats)
+        envs.send(("c", "fail"), [0, 1])
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.recv(batch_size=2)
+        later = raised.value.partial_result
+        rows = dict(zip(later.env_ids.tolist(), later.observations))
+        assert chats == kept, "a received chat changed"
+        assert len(rows[0]) == len(chats[0]) + 2 and rows[0] is not chats[0]
+        assert rows[1] == chats[1] and rows[1] is not chats[1]
+        rows[1].append({"role": "caller"})
+        assert chats == kept
+
+
+def tokens_of(observations: Any) -> list[Any]:
+    """The token buffers in a batch of ``TokenBufferEnv`` or ``TokenDictEnv`` observations."""
+    return list(observations["tokens"] if isinstance(observations, dict) else observations)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("env", [TokenBufferEnv, TokenDictEnv], ids=["object", "in-dict"])
+async def test_arrays_inside_objects_are_copied_out_by_recv_as_by_step(
+        backend: str, env: type[TokenBufferEnv]) -> None:
+    """An env that returns a buffer it updates in place: neither a first-ready batch nor a
+    full one changes when the sub-env steps again (``copy=True``), and the caller may write
+    to the arrays it got (Ray's own are read-only views of its object store)."""
+    factories = for_backend(backend, [env] * 2)
+    async with aiovec.AsyncVectorEnv(factories, backend=backend,
+                                     **options_for(backend)) as envs:
+        await envs.reset(seed=0)
+        envs.send((1, 2), [0, 1])
+        received = await envs.recv(batch_size=2)
+        observations, *_ = await envs.step((1, 1))
+        stepped = tokens_of(observations)
+        envs.send((1, 1), [0, 1])
+        await envs.recv(batch_size=2)
+        await envs.step((1, 1))
+        rows = dict(zip(received.env_ids.tolist(), tokens_of(received.observations)))
+        assert {index: row.tolist() for index, row in rows.items()} == {0: [1] * 4,
+                                                                         1: [2] * 4}
+        assert [row.tolist() for row in stepped] == [[2] * 4, [3] * 4]
+        assert all(row.flags.writeable for row in [*rows.values(), *stepped])
 
 
 async def test_thousands_of_text_envs_share_one_space_per_batch() -> None:

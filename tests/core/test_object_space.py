@@ -20,6 +20,7 @@ from aiovec._core._batching import (
     batch_space,
     batches_into_rows,
     concatenate_afresh,
+    copy_batch,
     take_rows,
 )
 from aiovec._core._observations import copy_observations
@@ -223,8 +224,30 @@ def test_copies_keep_immutable_values_and_copy_the_rest_as_deepcopy_would() -> N
     assert copied["chat"][0] is not chat and copied["chat"][0][0]["ids"] is not chat[0]["ids"]
     assert copied["chat"][0][0]["meta"]["t"][1] is not chat[0]["meta"]["t"][1]
     assert copied["pixels"] is not batch["pixels"] and copied["raw"] is batch["raw"]
-    kept = copy_observations(batch, arrays=False)
-    assert kept["pixels"] is batch["pixels"] and kept["chat"][0] is not chat
+
+
+def test_a_fresh_batch_copies_its_rows_and_keeps_its_arrays() -> None:
+    """``copy_batch`` follows the space: a batch's arrays were just made and are kept; the
+    values of spaces batched into rows are the sub-envs' own, copied with every array inside
+    (a token buffer an env updates in place)."""
+    space = spaces.Dict({
+        "pixels": spaces.Box(0, 1, (2,)),
+        "tokens": aiovec.ObjectSpace(np.ndarray),
+        "pair": spaces.Tuple((spaces.Discrete(3),
+                              spaces.Sequence(spaces.Box(0, 9, (2,)), stack=True))),
+    })
+    tokens, steps = np.arange(3), np.zeros((2, 2), np.float32)
+    values = [{"pixels": np.ones(2, np.float32), "tokens": tokens, "pair": (1, steps)}] * 2
+    batch = concatenate_afresh(space, values)
+    copied = copy_batch(space, batch)
+    assert_identical(copied, batch)
+    assert copied["pixels"] is batch["pixels"] and copied["pair"][0] is batch["pair"][0]
+    assert all(row is not tokens for row in copied["tokens"])
+    assert all(row is not steps for row in copied["pair"][1])
+    tokens += 1
+    steps += 1
+    assert copied["tokens"][0].tolist() == [0, 1, 2]
+    assert copied["pair"][1][1].tolist() == [[0, 0], [0, 0]]
 
 
 def test_copies_of_deep_or_cyclic_objects_end_in_deepcopy() -> None:

@@ -5,12 +5,16 @@ for type."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
 
 import aiovec
+from aiovec._core._infos import merge_info
+from aiovec._remote._replies import infos_of, rows_of
+from aiovec._wire._convert import to_jsonable
 from aiovec.remote import AsyncRemoteVectorEnv
 from tests.helpers import assert_identical
 from tests.object_envs import actions_for
@@ -86,3 +90,16 @@ async def test_first_ready_batches_are_the_local_ones(serve: Any, env_id: str,
                     received += len(batch.env_ids)
             results.append(rows)
     assert_identical(results[1], results[0])
+
+
+def test_rows_of_infos_decoded_from_json_are_those_rows() -> None:
+    """A stashed batch cut down to some rows (a reset dropped the others): infos that JSON
+    could not make arrays of (strings) are lists of rows, picked from like arrays."""
+    infos: dict[str, Any] = {}
+    for env_index, info in enumerate([{"name": "a", "score": 1.0}, {"name": "bé"},
+                                      {"name": "c", "score": 3.0}]):
+        merge_info(infos, info, env_index, 3)
+    decoded = infos_of(json.loads(json.dumps(to_jsonable(infos), allow_nan=True)))
+    picked = rows_of(decoded, [0, 2])
+    assert picked["name"] == ["a", "c"] and picked["_name"].tolist() == [True, True]
+    assert picked["score"].tolist() == [1.0, 3.0]

@@ -45,6 +45,7 @@ from aiovec._backends._base import CountdownPending, split_into_shares, workers_
 from aiovec._backends._ray._actor import EnvHost, StepBlock, Tallied
 from aiovec._backends._registrations import export_registrations
 from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._batching import take_rows
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._observations import misfit_failure, put_rows
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
@@ -164,7 +165,9 @@ class _RayPending(CountdownPending):
         if failed:
             kept = np.setdiff1d(np.arange(len(positions)), failed)
             rows = np.arange(self._backend.num_envs)[rows][kept]
-            observations = _rows_of(observations, kept)
+            space = self._backend.batched_space
+            assert space is not None
+            observations = take_rows(observations, kept, space)
             rewards, terminations, truncations = (
                 rewards[kept], terminations[kept], truncations[kept])
         buffers = self._backend.buffers
@@ -190,7 +193,7 @@ class _RayPending(CountdownPending):
             if type(reply) is not tuple:  # a Failure
                 placed.append(reply)
                 continue
-            row = _rows_of(buffers.observations, slice(env_index, env_index + 1))  # views
+            row = take_rows(buffers.observations, slice(env_index, env_index + 1), space)  # views
             observation = reply[0]
             try:
                 concatenate(space, [observation], row)
@@ -245,15 +248,6 @@ class _RayPending(CountdownPending):
 _PLACED_OPS = (Op.STEP, Op.RESET)
 
 
-def _rows_of(batch: Any, rows: Any) -> Any:
-    """Rows ``rows`` of a (tree of) batched arrays."""
-    if isinstance(batch, np.ndarray):
-        return batch[rows]
-    if isinstance(batch, dict):
-        return {key: _rows_of(child, rows) for key, child in batch.items()}
-    return tuple(_rows_of(child, rows) for child in batch)
-
-
 def _completed(wake: ThreadsafeCaller, pending: _RayPending, actor: _Actor,
                future: Future[_Answer]) -> None:
     """A ref's completion callback (Ray's thread): settle it in the event loop's thread."""
@@ -273,6 +267,7 @@ class RayBackend(Backend):
 
     name: ClassVar[str] = "ray"
     in_process: ClassVar[bool] = False
+    # Not ``fresh_replies``: Ray hands numpy arrays out as read-only views of its object store.
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, address: str | None = None,
