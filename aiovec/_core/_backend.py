@@ -209,9 +209,6 @@ class Backend(abc.ABC):
     #: False when ``submit`` is done with a step's actions by the time it returns (written to
     #: shared memory, pickled): the core then hands it the caller's arrays, not a private copy.
     keeps_actions: ClassVar[bool] = True
-    #: True when the objects of a step's reply are new, writable and held by nothing else
-    #: (unpickled from bytes): the core then hands them to the caller uncopied.
-    fresh_replies: ClassVar[bool] = False
     #: Each sub-env's sampled step durations, once started; ``None`` on a backend whose
     #: hosts the parent cannot read from (Ray: its summaries then have counts only).
     latencies: LatencyLog | None = None

@@ -484,8 +484,7 @@ class Engine:
 
     def _allocate_buffers(self, spaces: VectorSpaces, buffers: BatchBuffers | None) -> None:
         n = self.num_envs
-        self._results = BatchResults(spaces, buffers, n, self.copy,
-                                     fresh=self._backend.fresh_replies)
+        self._results = BatchResults(spaces, buffers, n, self.copy)
         self._checkers = ActionCheckers(spaces.single_action_space, n, self.validate_actions)
         self._all_envs = range(n)
 

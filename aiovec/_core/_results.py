@@ -38,16 +38,12 @@ class BatchResults:
     """The reusable batch arrays of one vector env, filled from its sub-envs' replies."""
 
     def __init__(self, spaces: VectorSpaces, buffers: BatchBuffers | None,
-                 num_envs: int, copy: bool = True, fresh: bool = False) -> None:
+                 num_envs: int, copy: bool = True) -> None:
         self.num_envs = num_envs
         self.space = spaces.single_observation_space
         #: First-ready batches hand the caller copies of the objects the sub-envs returned
         #: (the vector env's ``copy``; arrays are new in every batch anyway): ``copy_batch``.
         self.copy = copy
-        #: The replies are objects nothing else holds (``Backend.fresh_replies``): a
-        #: first-ready batch then hands them out as they are, ``copy`` or not; only a row
-        #: repeated from an earlier batch (a broken sub-env's) is copied (``_previous``).
-        self.fresh = fresh
         self.in_place = buffers is not None
         #: Each sub-env's ``np_random_seed`` as of its last reset.
         self.np_random_seeds: list[int | None] = [None] * num_envs
@@ -198,7 +194,7 @@ class BatchResults:
             except Exception as misfit:
                 self.misfits.append(misfit_failure(env_index, phase, kept[position],
                                                    self.space, misfit))
-                kept[position] = self._previous(env_index)
+                kept[position] = self.env_obs[env_index]
         if not self.misfits:
             raise error
         return kept
@@ -209,6 +205,7 @@ class BatchResults:
         fit are refused as ``_batch`` refuses them (``misfits``)."""
         if self.misfits:
             self.misfits = []
+        env_obs = self.env_obs
         candidates: list[Any] = []
         fresh: Sequence[int]
         if broken or restarted:
@@ -216,9 +213,9 @@ class BatchResults:
             for position, (env_index, reply) in enumerate(zip(env_ids, replies)):
                 if env_index in restarted:
                     reset = restarted[env_index][0]
-                    candidates.append(self._previous(env_index) if reset is None else reset[0])
+                    candidates.append(env_obs[env_index] if reset is None else reset[0])
                 elif env_index in broken:
-                    candidates.append(self._previous(env_index))
+                    candidates.append(env_obs[env_index])
                 else:
                     candidates.append(reply[0])
                     fresh.append(position)
@@ -229,12 +226,6 @@ class BatchResults:
         except Exception as error:  # which ones? one at a time, off the hot path
             kept = self._without_misfits("step", candidates, fresh, error, env_ids)
             return concatenate_afresh(self.space, kept)
-
-    def _previous(self, env_index: int) -> Any:
-        """Sub-env ``env_index``'s last observation, to repeat in a batch: a copy where the
-        batch's own objects go out uncopied (``fresh``), else the one kept."""
-        previous = self.env_obs[env_index]
-        return copy_observations(previous) if self.fresh and self.copy else previous
 
     def batch_into(self, out: Any) -> None:
         """Not in place: concatenate the sub-envs' observations into the batch array, or
@@ -310,7 +301,7 @@ class BatchResults:
         refused: set[int] = set()
         if not self.in_place:  # batched first: an observation that does not fit is refused
             observations = self._batch_of(env_ids, replies, broken, restarted)
-            if self.copy and not self.fresh:
+            if self.copy:
                 observations = copy_batch(self.space, observations)
             refused = {failure.env_index for failure in self.misfits}
         stepped: Sequence[int] = range(size)

@@ -140,7 +140,7 @@ async def test_received_chats_are_the_caller_s_on_every_backend(backend: str) ->
     """``copy=True``: the chats of a first-ready batch are the caller's. The sub-env goes on
     appending to its own list (in process) without changing them; a later batch's objects are
     others; a failed sub-env's row, its last chat repeated, is a copy of it, not the object
-    the caller already holds (out of process, fresh replies go out uncopied; that row not)."""
+    the caller already holds."""
     factories = for_backend(backend, [FailingChatEnv] * 2)
     async with aiovec.AsyncVectorEnv(factories, backend=backend,
                                      **options_for(backend)) as envs:

@@ -85,8 +85,6 @@ class ProcessBackend(Backend):
     in_process: ClassVar[bool] = False
     # submit writes a step's actions into shared memory, or pickles them into the frames.
     keeps_actions: ClassVar[bool] = False
-    # Replies are unpickled from the frames (a parent worker's too: it serves the same).
-    fresh_replies: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,

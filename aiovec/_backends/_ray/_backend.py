@@ -267,7 +267,6 @@ class RayBackend(Backend):
 
     name: ClassVar[str] = "ray"
     in_process: ClassVar[bool] = False
-    # Not ``fresh_replies``: Ray hands numpy arrays out as read-only views of its object store.
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, address: str | None = None,
