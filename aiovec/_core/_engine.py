@@ -154,10 +154,11 @@ class Engine:
         await self._changed.wait()
 
     def _holds_all(self) -> str | None:
-        """The call holding every sub-env now (one remaking sub-envs, or the start), or
-        ``None``."""
+        """The call holding every sub-env now (the start, a call on all of them, or one
+        remaking sub-envs), or ``None``."""
         claim = self._in_flight
-        if claim is not None and (self._remaking or claim.op is Op.MAKE):
+        if claim is not None and (self._remaking or claim.op is Op.MAKE
+                                  or len(claim.env_indices) == self.num_envs):
             return claim.operation
         return None
 
