@@ -25,7 +25,7 @@ themselves, the in-flight cap and ``abort`` are ``_first_ready_calls``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -36,7 +36,7 @@ from aiovec._core._actions import ActionCheckers
 from aiovec._core._arguments import check_timeout
 from aiovec._core._backend import Backend
 from aiovec._core._failures import call_error, error_group
-from aiovec._core._first_ready import FirstReady, Restarted, StepBatch
+from aiovec._core._first_ready import REFUSED, FirstReady, Restarted, StepBatch
 from aiovec._core._health import Health
 from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
 from aiovec._core._infos import merge_info
@@ -89,6 +89,12 @@ class Engine:
     _all_envs: range
     _first_ready: FirstReady | None
     _restart_notes: dict[int, str]
+    #: True while sub-envs are being remade (a restart, or a reset's lost sub-envs): their
+    #: hosts may be replaced, so nothing else may be submitted meanwhile.
+    _remaking: bool = False
+    #: Set (and dropped) when the claim is released, a remake ends, or first-ready sub-envs
+    #: are aborted: what ``_until_changed`` awaits.
+    _changed: anyio.Event | None = None
 
     def _check_not_closed(self, verb: str) -> None:
         if self._state is State.CLOSED:
@@ -127,6 +133,47 @@ class Engine:
     def _release(self, in_flight: InFlight) -> None:
         if self._in_flight is in_flight:
             self._in_flight = None
+            self._unblocked()
+
+    def _unblocked(self) -> None:
+        """The claim was released or a remake ended: wake whoever waits for that."""
+        self._signal_changed()
+
+    def _signal_changed(self) -> None:
+        """Wake whoever awaits ``_until_changed``."""
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def _until_changed(self) -> None:
+        """Return at the next ``_unblocked`` (the caller checked, with no await since, that
+        what it waits for is held)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _holds_all(self) -> str | None:
+        """The call holding every sub-env now (the start, a call on all of them, or one
+        remaking sub-envs), or ``None``."""
+        claim = self._in_flight
+        if claim is not None and (self._remaking or claim.op is Op.MAKE
+                                  or len(claim.env_indices) == self.num_envs):
+            return claim.operation
+        return None
+
+    def _holds(self, env_indices: Iterable[int]) -> str | None:
+        """The call holding any of ``env_indices`` now (all of them while sub-envs are being
+        remade), or ``None``: what ``send``, ``abort`` and the queue must leave alone."""
+        claim = self._in_flight
+        if claim is None:
+            return None
+        if self._remaking:
+            return claim.operation
+        held: Container[int] = claim.env_indices
+        if not isinstance(held, range):
+            held = set(claim.env_indices)
+        return claim.operation if any(index in held for index in env_indices) else None
 
     async def _submit_step(self, actions: Any, out: Any = None) -> InFlight:
         self._claim("step")
@@ -146,6 +193,18 @@ class Engine:
         return (f"cannot step: sub-env(s) {', '.join(map(str, indices))} need a reset first "
                 "(never reset, failed, or done with autoreset disabled); reset them with "
                 "`reset(options={'reset_mask': mask})`")
+
+    def _drop_old_results(self, env_indices: Sequence[int]) -> None:
+        """A reset of ``env_indices`` was submitted: their results still waiting for ``recv``
+        belong to the old episodes and are dropped. Those sub-envs then need the reset to
+        succeed before they step again: else (it failed, or was cancelled before it reached
+        them) a step would be lost unseen."""
+        first = self._first_ready
+        if first:
+            dropped = [env_index for env_index in env_indices if env_index in first.ready]
+            if dropped:
+                first.forget(dropped)
+                self._health.need_reset(dropped)
 
     async def _finish_reset(
         self, in_flight: InFlight, timeout: Timeout
@@ -266,17 +325,31 @@ class Engine:
         finally:
             self._release(in_flight)
 
+    def _restartable(self, first: FirstReady, env_ids: list[int]) -> dict[int, str]:
+        """Those of ``env_ids`` whose result is a failure the restart policy restarts (not a
+        send refused at dispatch: ``REFUSED``, the caller's own mistake)."""
+        ready = first.ready
+        return self._recovery.restartable({
+            env_index: reply.description for env_index in env_ids
+            if type(reply := ready[env_index]) is Failure and reply.phase != REFUSED})
+
     async def _receive(self, first: FirstReady, env_ids: list[int]) -> StepBatch:
         replies = [first.ready[env_index] for env_index in env_ids]
         broken = {env_index: reply.description for env_index, reply in zip(env_ids, replies)
                   if type(reply) is Failure}
+        refused = [env_index for env_index, reply in zip(env_ids, replies)
+                   if type(reply) is Failure and reply.phase == REFUSED]
+        restartable = self._restartable(first, env_ids)
+        if restartable and self._in_flight is not None:
+            # Never over another call's claim (``_recv_some`` waits for it to end): both
+            # would remake the same hosts. Nothing was touched: the results stay waiting.
+            check_not_busy("recv", self._in_flight.operation)
         answered_all = not broken
-        self._counters.errors += len(broken)
+        self._counters.errors += len(broken) - len(refused)
         restarted: dict[int, tuple[Any, str]] = {
             env_index: reply for env_index, reply in zip(env_ids, replies)
             if type(reply) is Restarted}
         previous: dict[int, Any] = {}
-        restartable = self._recovery.restartable(broken)
         if restartable:
             previous = {env_index: self._results.row(env_index) for env_index in restartable}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
@@ -315,7 +388,8 @@ class Engine:
             done = batch.terminations | batch.truncations
             self._health.need_reset(batch.env_ids[done])
         if broken:
-            self._health.need_reset(list(broken))
+            # A refused send never reached its sub-env: it can step as it was.
+            self._health.need_reset([index for index in broken if index not in refused])
             failures = sorted((reply for reply in replies if type(reply) is Failure
                                and reply.env_index in broken),
                               key=lambda failure: failure.env_index)
@@ -394,12 +468,16 @@ class Engine:
         not the call's: starting a worker process may take longer than a reset should.
         """
         deadline = self._recovery.make_deadline()
+        self._remaking = True
         try:
             with anyio.move_on_after(deadline) as scope:
                 remade = await self._backend.remake(in_flight.remake)
         except BaseException:
             self._abandon(in_flight)
             raise
+        finally:
+            self._remaking = False
+            self._unblocked()
         self._counters.restarts += len(in_flight.remake)
         if scope.cancelled_caught:
             self._backend.discard(in_flight.remake)
@@ -439,8 +517,13 @@ class Engine:
     ) -> Restarts | None:
         """``Recovery.restart``; the restarted sub-envs can then step, unless autoreset is
         off (their new episode needs the caller's reset)."""
-        restarted = await self._recovery.restart(broken, reset_payloads, self._check_open,
-                                                 previous, self._results.row)
+        self._remaking = True
+        try:
+            restarted = await self._recovery.restart(broken, reset_payloads, self._check_open,
+                                                     previous, self._results.row)
+        finally:
+            self._remaking = False
+            self._unblocked()
         if restarted is not None:
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self._health.need_reset(list(restarted))

@@ -27,7 +27,12 @@ from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._batching import take_rows
 from aiovec._core._requests import NO_REPLY
 
-__all__ = ["FirstReady", "QueuedSend", "Restarted", "StepBatch"]
+__all__ = ["REFUSED", "FirstReady", "QueuedSend", "Restarted", "StepBatch"]
+
+#: The phase of the failure a queued send's sub-envs get when the backend refuses its actions
+#: at dispatch (say, one that does not pickle): the caller's mistake, as when ``send`` raises
+#: it, so the sub-env is neither counted as failed, nor restarted, nor in need of a reset.
+REFUSED = "send"
 
 
 class StepBatch(NamedTuple):

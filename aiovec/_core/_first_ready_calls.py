@@ -9,8 +9,9 @@ engine's path per sub-env (``Engine._receive``). What this layer adds:
 - ``max_in_flight`` caps how many sub-envs step at once among first-ready sends: the rest
   wait in a queue, in send order, and are dispatched as results land (a callback the
   landing schedules on the loop, ``Arrivals.pump``), as the cap is raised, or as sub-envs
-  are aborted. Dispatching waits while another call holds the vector env (a restart may be
-  remaking their hosts) and resumes when it ends;
+  are aborted. Dispatching waits while sub-envs are being remade (a restart replaces
+  hosts) or another call holds a queued sub-env, and resumes when that ends; a call on other
+  sub-envs (a masked ``reset``) does not stop it;
 - ``abort`` forgets what sub-envs owe and stops their steps where the backend can.
 """
 
@@ -27,8 +28,8 @@ from aiovec._core._arguments import RecvBounds, check_count, check_timeout
 from aiovec._core._backend import Arrivals
 from aiovec._core._batching import copy_batch
 from aiovec._core._engine import Engine, State
-from aiovec._core._first_ready import FirstReady, QueuedSend, StepBatch
-from aiovec._core._in_flight import USE_DEFAULT, InFlight, Timeout
+from aiovec._core._first_ready import REFUSED, FirstReady, QueuedSend, StepBatch
+from aiovec._core._in_flight import USE_DEFAULT, Timeout
 from aiovec._core._loop_wakeup import loop_clock, threadsafe_caller
 from aiovec._core._refusals import (
     check_can_abort,
@@ -79,11 +80,11 @@ class FirstReadyCalls(Engine):
 
         self._pump = pump
 
-    def _release(self, in_flight: InFlight) -> None:
-        super()._release(in_flight)
+    def _unblocked(self) -> None:
         first = self._first_ready
-        if first is not None and first.queued:  # dispatching waited for this call to end
+        if first is not None and first.queued:  # dispatching waited for this
             self._dispatch_queued()
+        super()._unblocked()
 
     # ------------------------------------------------------------------ send
 
@@ -95,11 +96,10 @@ class FirstReadyCalls(Engine):
         seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         first = self._first_ready
         ids = check_can_send(
-            env_ids, self.num_envs,
-            running=None if self._in_flight is None else self._in_flight.operation,
+            env_ids, self.num_envs, running=self._holds_all(),
             has_reset=(self._state is State.RUNNING and first is not None
                        and self._health.has_reset),
-            owed=lambda ids: [] if first is None else first.owed(ids))
+            owed=lambda ids: [] if first is None else first.owed(ids), held=self._holds)
         assert first is not None
         check_reset_done(self._health.needing_reset(ids))
         backend, cap = self._backend, self._max_in_flight
@@ -125,17 +125,20 @@ class FirstReadyCalls(Engine):
 
     def _dispatch_queued(self, raising: QueuedSend | None = None) -> None:
         """Submit queued sub-envs, oldest first, as far as the in-flight cap leaves room; each
-        one's deadline starts now. Not while another call holds the vector env.
+        one's deadline starts now. Not while sub-envs are being remade, nor while another call
+        holds a queued sub-env (``_holds``).
 
         A queued send that cannot be submitted (the backend refuses its actions) fails its
         sub-envs, reported by ``recv``; unless it is ``raising``, the send being made: that
         one is taken back whole and its error raised, as without a queue.
         """
         first = self._first_ready
-        if first is None or self._state is not State.RUNNING or self._in_flight is not None:
+        if first is None or self._state is not State.RUNNING:
             return
         if not first.queued:
             first.arrivals.pump = None
+            return
+        if self._in_flight is not None and self._holds(first.queued) is not None:
             return
         first.collect()
         cap = self._max_in_flight
@@ -153,7 +156,7 @@ class FirstReadyCalls(Engine):
                         first.withdraw(send)
                         raise
                     for env_index in ids:
-                        first.ready[env_index] = Failure.capture(env_index, "step", error)
+                        first.ready[env_index] = Failure.capture(env_index, REFUSED, error)
                     waking = True
                     continue
                 seconds = send.timeout
@@ -233,11 +236,12 @@ class FirstReadyCalls(Engine):
                     raise NothingSentError("nothing left to receive: every result owed was "
                                            "aborted while recv waited")
                 ready = len(first.ready)
-                if ready >= full:
-                    break
-                if ready >= min(least, full):
-                    if first.clock() >= until:
+                if ready >= full or (ready >= min(least, full) and first.clock() >= until):
+                    env_ids = first.first(size)
+                    if self._in_flight is None or not self._restartable(first, env_ids):
                         break
+                    await self._until_changed()  # its restart must not overlap that call
+                elif ready >= min(least, full):
                     await self._wait_for_results(first, full - ready, until)
                 else:
                     await self._wait_for_results(first, min(least, full) - ready)
@@ -245,20 +249,29 @@ class FirstReadyCalls(Engine):
                 first.collect()
                 self._give_up_on_late(first)
                 self._dispatch_queued()
-            return await self._receive(first, first.first(size))
+            return await self._receive(first, env_ids)
         finally:
             first.receiving = False
 
     async def _wait_for_results(self, first: FirstReady, count: int,
                                 until: float = math.inf) -> None:
         """Wait for ``count`` results to land, at most until the earliest deadline of a
-        sub-env stepping or ``until`` (on the loop's clock)."""
+        sub-env stepping or ``until`` (on the loop's clock).
+
+        With none stepping, what it waits for is queued and dispatching is held up (it was
+        just tried): it waits for that to end (``_until_changed``) rather than polling the
+        backend, which may return at once.
+        """
+        blocked = not first.in_flight and bool(first.queued)
         deadline = min(first.next_deadline(), until)
-        if deadline == math.inf:
+        if deadline == math.inf and not blocked:
             await self._backend.wait_arrivals(first.arrivals, count)
             return
         with anyio.move_on_after(max(0.0, deadline - first.clock())):
-            await self._backend.wait_arrivals(first.arrivals, count)
+            if blocked:
+                await self._until_changed()
+            else:
+                await self._backend.wait_arrivals(first.arrivals, count)
 
     def _give_up_on_late(self, first: FirstReady) -> None:
         """Sub-envs past their deadline: reported as timed out, then discarded by the backend
@@ -282,9 +295,8 @@ class FirstReadyCalls(Engine):
         """``abort``: forget what sub-envs ``env_ids`` owe and stop their steps where the
         backend can; each one that owed anything then needs a reset."""
         self._check_not_closed("abort")
-        ids = check_can_abort(
-            env_ids, self.num_envs,
-            running=None if self._in_flight is None else self._in_flight.operation)
+        ids = check_can_abort(env_ids, self.num_envs, running=self._holds_all(),
+                              held=self._holds)
         first = self._first_ready
         if first is None or not first or not ids:
             return
@@ -298,4 +310,5 @@ class FirstReadyCalls(Engine):
         self._counters.aborts += len(owed)
         if first.receiving:  # it may wait for what was aborted: it counts again
             first.arrivals.wake()
+            self._signal_changed()
         self._dispatch_queued()

@@ -27,6 +27,12 @@ def check_not_busy(operation: str, running: str | None) -> None:
                         "this vector env (one call at a time)")
 
 
+def _check_not_held(operation: str, ids: list[int], running: str | None) -> None:
+    if running is not None:
+        raise BusyError(f"cannot {operation} sub-env(s) {ids}: another task's {running} is "
+                        "still running on some of them")
+
+
 def check_nothing_owed(operation: str, owed: Collection[int]) -> None:
     """``BusyError`` for a ``step`` (or ``reset``) while sub-envs ``owed`` were sent actions
     with ``send`` and their results not received yet."""
@@ -37,18 +43,22 @@ def check_nothing_owed(operation: str, owed: Collection[int]) -> None:
 
 
 def check_can_send(env_ids: Any, num_envs: int, *, running: str | None, has_reset: bool,
-                   owed: Callable[[list[int]], Collection[int]]) -> list[int]:
+                   owed: Callable[[list[int]], Collection[int]],
+                   held: Callable[[list[int]], str | None] | None = None) -> list[int]:
     """``send``'s preconditions → the sub-envs ``env_ids`` names (``None``: all).
 
-    Refused, in this order: while another call runs (``running``; a ``recv`` does not
-    count), ``BusyError``; before the first reset, ``ResetNeededError``; a bad ``env_ids``,
-    ``ValueError``; a sub-env that is still stepping or whose result waits for ``recv``
-    (``owed(ids)`` lists them), ``BusyError``.
+    Refused, in this order: while another call holding every sub-env runs (``running``; a
+    ``recv`` does not count), ``BusyError``; before the first reset, ``ResetNeededError``; a
+    bad ``env_ids``, ``ValueError``; a sub-env another call holds (``held(ids)`` names that
+    call, if any), ``BusyError``; a sub-env that is still stepping or whose result waits for
+    ``recv`` (``owed(ids)`` lists them), ``BusyError``.
     """
     check_not_busy("send", running)
     if not has_reset:
         raise ResetNeededError("cannot send before reset: call `await envs.reset()` first")
     ids = check_env_ids(env_ids, num_envs)
+    if held is not None:
+        _check_not_held("send to", ids, held(ids))
     still_owed = owed(ids)
     if still_owed:
         raise BusyError(f"cannot send to sub-env(s) {sorted(still_owed)}: each is still "
@@ -74,12 +84,16 @@ def check_can_recv(*, running: str | None, anything_owed: bool) -> None:
     check_not_busy("recv", running)
 
 
-def check_can_abort(env_ids: Any, num_envs: int, *, running: str | None) -> list[int]:
+def check_can_abort(env_ids: Any, num_envs: int, *, running: str | None,
+                    held: Callable[[list[int]], str | None] | None = None) -> list[int]:
     """``abort``'s preconditions → the sub-envs ``env_ids`` names (``None``: all; an empty
-    sequence: none). Refused, in this order: while another call runs (``running``; a
-    ``recv`` does not count), ``BusyError``; a bad ``env_ids``, ``ValueError`` (as
-    ``send``'s)."""
+    sequence: none). Refused, in this order: while another call holding every sub-env runs
+    (``running``; a ``recv`` does not count), ``BusyError``; a bad ``env_ids``, ``ValueError``
+    (as ``send``'s); a sub-env another call holds (``held``, as ``send``'s), ``BusyError``."""
     check_not_busy("abort", running)
     if env_ids is not None and np.ndim(env_ids) == 1 and np.size(env_ids) == 0:
         return []
-    return check_env_ids(env_ids, num_envs)
+    ids = check_env_ids(env_ids, num_envs)
+    if held is not None:
+        _check_not_held("abort", ids, held(ids))
+    return ids

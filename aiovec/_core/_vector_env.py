@@ -237,6 +237,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         if self._in_flight is not None and self._in_flight.pending is not None:
             self._in_flight.pending.abort()  # its task wakes up to a ClosedError
         self._in_flight = None
+        self._signal_changed()  # a recv waiting for a call to end wakes up to a ClosedError
         if self._first_ready is not None:
             self._first_ready.arrivals.wake()  # a waiting recv wakes up to a ClosedError
         self._drop_buffers()
@@ -517,7 +518,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         ``recv`` is dropped. Each sub-env that owed anything then needs a reset, which may
         run while others step (``reset(options={"reset_mask": mask})``); counted in
         ``statistics().aborts``, not as a failure, timeout or restart. Refused before
-        anything is dropped: a bad ``env_ids`` as ``send``'s, and while another call runs.
+        anything is dropped: a bad ``env_ids`` as ``send``'s, and while another call holds them.
         """
         self._abort_some(env_ids)
 
@@ -545,15 +546,15 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._claim("reset", indices)
         if out is not None:
             check_out(out, self._results.observations)
-        if self._first_ready:  # results still waiting for recv belong to the old episodes
-            self._first_ready.forget(indices)
         payloads = [(seeds[index], env_options) for index in indices]
         lost = set(self._backend.lost_envs()).union(self._health.unmade).intersection(indices)
         if lost:  # made afresh first, under the reset's deadline
             in_flight = InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost), out)
             self._in_flight = in_flight
-            return in_flight
-        return self._submit(Op.RESET, "reset", indices, payloads, out)
+        else:
+            in_flight = self._submit(Op.RESET, "reset", indices, payloads, out)
+        self._drop_old_results(indices)
+        return in_flight
 
     async def _submit_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
