@@ -158,8 +158,9 @@ class SerializationError(AiovecError):
 class SubEnvError(AiovecError):
     """One sub-env raised (or failed) while handling a call.
 
-    ``env_id`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``)
-    say where; ``__cause__`` is the original exception when it could be kept, and
+    ``env_id`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``;
+    ``"send"`` for a queued action refused when it went out, the caller's mistake: the sub-env
+    never got it, is not restarted and needs no reset) say where; ``__cause__`` is the original exception when it could be kept, and
     ``remote_traceback`` is the traceback text from wherever the sub-env runs.
     """
 
