@@ -140,6 +140,9 @@ class FirstReadyCalls(Engine):
             return
         if self._in_flight is not None and self._holds(first.queued) is not None:
             return
+        # Set before collect: a thread's result landing from here on runs the pump again
+        # (set after, one landing in between left its room unused until the next).
+        first.arrivals.pump = self._pump
         first.collect()
         cap = self._max_in_flight
         room = math.inf if cap is None else cap - len(first.in_flight)
