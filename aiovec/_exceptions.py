@@ -160,8 +160,9 @@ class SubEnvError(AiovecError):
 
     ``env_id`` and ``phase`` (``"make"``, ``"reset"``, ``"step"``, ``"call"``, ``"close"``;
     ``"send"`` for a queued action refused when it went out, the caller's mistake: the sub-env
-    never got it, is not restarted and needs no reset) say where; ``__cause__`` is the original exception when it could be kept, and
-    ``remote_traceback`` is the traceback text from wherever the sub-env runs.
+    never got it, is not restarted and needs no reset) say where; ``__cause__`` is the
+    original exception when it could be kept, and ``remote_traceback`` is the traceback text
+    from wherever the sub-env runs.
     """
 
     def __init__(

@@ -122,6 +122,8 @@ class FirstReadyCalls(Engine):
         pending = backend.submit(Op.STEP, ids, payloads, first.arrivals)
         deadline = None if seconds is None else first.clock() + seconds
         first.sent(pending, deadline, seconds)
+        if first.receiving:  # a recv waiting meanwhile: a new deadline, a new reply to read
+            first.arrivals.wake()
 
     def _dispatch_queued(self, raising: QueuedSend | None = None) -> None:
         """Submit queued sub-envs, oldest first, as far as the in-flight cap leaves room; each
@@ -230,8 +232,8 @@ class FirstReadyCalls(Engine):
             until = first.clock() + wait
             first.collect()
             self._dispatch_queued()
-            # Never more than owed when called (sends made meanwhile wait for the next recv);
-            # fewer if sub-envs are aborted meanwhile.
+            # Never more than owed when called (sends made meanwhile do not raise the count;
+            # their results may be among the earliest); fewer if sub-envs are aborted.
             full = min(size, len(first))
             while True:
                 full = min(full, len(first))
@@ -240,7 +242,7 @@ class FirstReadyCalls(Engine):
                                            "aborted while recv waited")
                 ready = len(first.ready)
                 if ready >= full or (ready >= min(least, full) and first.clock() >= until):
-                    env_ids = first.first(size)
+                    env_ids = first.first(full)
                     if self._in_flight is None or not self._restartable(first, env_ids):
                         break
                     await self._until_changed()  # its restart must not overlap that call

@@ -481,8 +481,9 @@ class AsyncVectorEnv(FirstReadyCalls):
         ``min_size`` (1 to ``batch_size``) it returns as soon as ``batch_size`` are ready,
         or once ``min_size`` are and ``wait`` seconds (default 0: no wait) have passed since
         it was called: whatever is ready, never fewer than ``min_size`` unless fewer are
-        owed. ``wait`` alone means ``min_size=1``. Sends made while it waits are left to the
-        next ``recv``; if every result owed is aborted meanwhile, ``NothingSentError``.
+        owed. ``wait`` alone means ``min_size=1``. It returns at most as many as were owed when
+        it was called: sends made while it waits do not raise that count (their results may be
+        among the earliest); if every result owed is aborted meanwhile, ``NothingSentError``.
 
         Cancelling ``recv`` loses nothing: results that land meanwhile wait for the next one.
         A failed, timed-out or restarted sub-env is reported as ``step`` reports it, the

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from anyio import wait_all_tasks_blocked
 
 import aiovec
 from tests.backends_matrix import LOCAL_BACKENDS, LOCAL_DEADLINE_BACKENDS
@@ -186,3 +187,31 @@ async def test_the_defaults_wait_for_a_full_batch(anyio_backend: Any, gates: Gat
         gates.release(3)
         with anyio.fail_after(30):
             assert ids(await envs.recv()) == [3]
+
+
+@pytest.mark.parametrize("backend", HOLDING_BACKENDS)
+async def test_sends_made_while_recv_waits_do_not_raise_its_count(anyio_backend: Any,
+                                                                  backend: str,
+                                                                  gates: Gates) -> None:
+    """One result owed when ``recv(batch_size=3)`` is called: it returns one, though two
+    sent while it waited landed before it; the rest wait for the next ``recv``."""
+    async with aiovec.AsyncVectorEnv(gates.factories(backend, 3), backend=backend,
+                                     **workers(backend, 3)) as envs:
+        await envs.reset()
+        gates.hold(0)
+        envs.send(np.zeros(1, np.int64), [0])
+        got: list[aiovec.StepBatch] = []
+
+        async def receive() -> None:
+            got.append(await envs.recv(batch_size=3))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(receive)
+                await wait_all_tasks_blocked()  # recv is waiting for sub-env 0
+                envs.send(np.array([1, 2]), [1, 2])
+        assert len(ids(got[0])) == 1 and ids(got[0])[0] in (1, 2)
+        gates.release(0)
+        with anyio.fail_after(30):
+            rest = await envs.recv(batch_size=3)
+        assert sorted(ids(got[0]) + ids(rest)) == [0, 1, 2]
