@@ -169,8 +169,9 @@ class _AsyncPending(CountdownPending):
 
     def deliver(self, position: int, reply: Any) -> None:
         self.replies[position] = reply
-        if self.arrivals is not None:
-            self.arrivals.land(self, position)
+        arrivals = self.arrivals
+        if arrivals is not None:
+            arrivals.land(self, position)
         self.paid()
 
 
@@ -296,7 +297,7 @@ class AsyncBackend(Backend):
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
         pending = _AsyncPending(op, env_indices, arrivals)
-        slots, closing, lost = self._slots, self.closing, self._lost
+        slots, closing, lost, give_turn = self._slots, self.closing, self._lost, self._give_turn
         unlimited = self.max_concurrency is None  # then nothing ever waits for a permit
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if closing or env_index in lost:
@@ -307,7 +308,7 @@ class AsyncBackend(Backend):
             if not slot.busy:
                 slot.busy = True
                 if unlimited:
-                    self._give_turn(slot)
+                    give_turn(slot)
                 else:
                     self._waiting.append(slot)
         if not unlimited:

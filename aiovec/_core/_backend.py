@@ -68,8 +68,10 @@ class Arrivals:
         """A reply landed (called in the event loop's thread)."""
         self.landed.append((pending, position))
         self.total += 1
-        if self.total >= self._target and self._event is not None:
-            self._event.set()
+        if self.total >= self._target:
+            event, self._event, self._target = self._event, None, math.inf
+            if event is not None:  # once: the replies landing after it have nothing to set
+                event.set()
         if self.pump is not None and not self._pump_due and self._wake is not None:
             self._pump_due = True
             self._wake(self._run_pump)

@@ -16,6 +16,7 @@ and are taken off it as room is made. A sub-env owes a result from its ``send`` 
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -123,12 +124,10 @@ class FirstReady:
 
     def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
         """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
-        in_flight = self.in_flight
-        for position, env_index in enumerate(pending.env_indices):
-            in_flight[env_index] = (pending, position)
+        env_indices = pending.env_indices
+        self.in_flight.update(zip(env_indices, zip(itertools.repeat(pending), itertools.count())))
         if deadline is not None and timeout is not None:
-            for env_index in pending.env_indices:
-                self.deadlines[env_index] = (deadline, timeout)
+            self.deadlines.update(dict.fromkeys(env_indices, (deadline, timeout)))
 
     def enqueue(self, env_ids: list[int], payloads: Any, timeout: float | None,
                 batch_of: Space[Any] | None) -> QueuedSend:
@@ -196,13 +195,15 @@ class FirstReady:
         """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on,
         are dropped)."""
         landed, in_flight, ready = self.arrivals.landed, self.in_flight, self.ready
+        deadlines = self.deadlines
         while landed:
             pending, position = landed.popleft()
             env_index = pending.env_indices[position]
             entry = in_flight.get(env_index)
             if entry is not None and entry[0] is pending and entry[1] == position:
                 del in_flight[env_index]
-                self.deadlines.pop(env_index, None)
+                if deadlines:
+                    deadlines.pop(env_index, None)
                 ready[env_index] = pending.replies[position]
 
     def next_deadline(self) -> float:
@@ -228,12 +229,7 @@ class FirstReady:
 
     def first(self, count: int) -> list[int]:
         """The ``count`` earliest results (left in ``ready``)."""
-        ids: list[int] = []
-        for env_index in self.ready:
-            if len(ids) == count:
-                break
-            ids.append(env_index)
-        return ids
+        return list(itertools.islice(self.ready, count))
 
     def forget(self, env_ids: Any) -> None:
         """Drop the waiting results of ``env_ids`` (they were received, or reset)."""

@@ -14,7 +14,7 @@ caller copies unless ``copy=False``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -234,9 +234,9 @@ class BatchResults:
         self._concatenate(self.env_obs, out)
 
     def _store_rows(self, ids: np.ndarray[Any, np.dtype[np.intp]], replies: list[Any],
-                    stepped: Sequence[int]) -> list[tuple[Any, Any]]:
+                    stepped: Sequence[int]) -> Iterable[tuple[Any, Any]]:
         """Keep the step outcomes at positions ``stepped`` of ``replies`` (for sub-envs
-        ``ids``; not in place), a column at a time → each one's ``(info, final)``."""
+        ``ids``; not in place), a column at a time → each one's ``(info, final)``, once."""
         if len(stepped) < len(replies):
             replies, ids = [replies[position] for position in stepped], ids[list(stepped)]
         if not replies:
@@ -248,7 +248,7 @@ class BatchResults:
         env_obs = self.env_obs
         for env_index, observation in zip(ids.tolist(), observations):
             env_obs[env_index] = observation
-        return list(zip(infos, finals))
+        return zip(infos, finals)
 
     def _zero(self, env_indices: list[int]) -> None:
         self.rewards[env_indices] = 0.0
@@ -309,6 +309,7 @@ class BatchResults:
             stepped = [position for position, env_index in enumerate(env_ids)
                        if env_index not in restarted and env_index not in broken
                        and env_index not in refused]
+        outcomes: Iterable[tuple[Any, Any]]
         if self.in_place:
             outcomes = [(None, None) if replies[position] is None else replies[position]
                         for position in stepped]
