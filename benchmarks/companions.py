@@ -71,6 +71,8 @@ COMPANIONS = (
               writes="{output}/sb3.md"),
     Companion("serve_load.py", "aiovec.serve under load: concurrent WebSocket sessions",
               writes="{output}/serve_load.md", timeout=1200.0),
+    Companion("agentic.py", "Agentic rollouts: 4,096 chat episodes into a batched policy, "
+              "against X*", writes="{output}/agentic.md", timeout=2400.0),
 )
 
 
