@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import select
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from aiovec._backends._readable import readable
 
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
 #: the pid of the process that started the server (``aiovec._backends._process._forkserver``).
@@ -116,8 +117,7 @@ def wait_for_exit(pids: list[int], timeout: float) -> list[int]:
     try:
         while pidfds:  # at least one look, even with no time left: a pid may be gone
             remaining = max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select(list(pidfds), [], [], remaining)
-            for fd in ready:
+            for fd in readable(pidfds, remaining):
                 os.close(fd)
                 del pidfds[fd]
             if not remaining:

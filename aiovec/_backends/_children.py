@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import socket
 import struct
@@ -26,6 +25,8 @@ import time
 
 import anyio
 import anyio.to_thread
+
+from aiovec._backends._readable import readable
 
 __all__ = ["EXIT_STATUS", "START_METHODS", "Child", "python_command", "start_child"]
 
@@ -46,10 +47,6 @@ def python_command(module: str, *arguments: str) -> list[str]:
     bootstrap = (f"import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
                  f"from {module} import main; main(sys.argv[2:])")
     return [sys.executable, "-c", bootstrap, json.dumps(sys.path), *arguments]
-
-
-def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
 
 
 class Child:
@@ -89,7 +86,7 @@ class Child:
             if self._status is not None:
                 self._read_relayed_status()
             elif self._status_unknown:  # its fork server died: exited, status unknown
-                if self._pidfd is None or _readable(self._pidfd):
+                if self._pidfd is None or readable([self._pidfd]):
                     self.returncode = _UNKNOWN_STATUS
             elif self._popen is not None:
                 self.returncode = self._popen.poll()
@@ -160,7 +157,7 @@ class Child:
             deadline = None if timeout is None else time.monotonic() + timeout
             while self.poll() is None and self._sentinel is not None:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not select.select([self._sentinel], [], [], remaining)[0]:
+                if not readable([self._sentinel], remaining):
                     break
         elif self.poll() is None:
             with contextlib.suppress(ChildProcessError):

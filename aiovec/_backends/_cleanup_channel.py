@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import select
 import signal
 import socket
 import struct
 import threading
 from typing import Any
+
+from aiovec._backends._readable import readable
 
 __all__ = ["CleanupLedger", "connect", "run_orphaned"]
 
@@ -102,28 +103,28 @@ def run_orphaned(pending: list[Pending]) -> tuple[int, int]:
     ``(run, failed)``. Blocks at most the sum of their bounds plus a few seconds."""
     if not pending:
         return 0, 0
-    readable, writable = os.pipe()
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child, which never returns
         counts = (0, len(pending))
         try:
-            os.close(readable)
+            os.close(read_end)
             counts = _run_all(pending)
         finally:
             with contextlib.suppress(OSError):
-                os.write(writable, _COUNTS.pack(*counts))
+                os.write(write_end, _COUNTS.pack(*counts))
             os._exit(0)
-    os.close(writable)
+    os.close(write_end)
     pidfd = os.pidfd_open(pid)
     try:
         bound = sum(timeout for _, timeout, _ in pending) + _SLACK
-        if not select.select([readable], [], [], bound)[0]:
+        if not readable([read_end], bound):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        data = os.read(readable, _COUNTS.size) if select.select([readable], [], [], 0)[0] else b""
+        data = os.read(read_end, _COUNTS.size) if readable([read_end]) else b""
         os.waitpid(pid, 0)
     finally:
         os.close(pidfd)
-        os.close(readable)
+        os.close(read_end)
     if len(data) != _COUNTS.size:
         return 0, len(pending)
     run, failed = _COUNTS.unpack(data)

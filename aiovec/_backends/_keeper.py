@@ -14,7 +14,6 @@ their environment (``_process_tree.OWNER_VARIABLE``) or among the descendants it
 from __future__ import annotations
 
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from aiovec._backends._process_tree import (
     owned_by,
     start_time,
 )
+from aiovec._backends._readable import readable
 
 __all__ = ["main", "start_keeper"]
 
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
     if owner_fd is not None and os.getppid() == owner:  # else it died before we looked
         watched.append(owner_fd)
         while True:
-            ready, _, _ = select.select(watched, [], [], _SNAPSHOT_INTERVAL)
+            ready = readable(watched, _SNAPSHOT_INTERVAL)
             if owner_fd in ready:
                 break
             if ledger.channel.fileno() in ready and not ledger.read():

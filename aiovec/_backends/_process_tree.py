@@ -18,11 +18,12 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import select
 import signal
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
+
+from aiovec._backends._readable import readable
 
 __all__ = ["GRACE", "OWNER_VARIABLE", "SUPPORTED", "NoProcessTracking", "StartedProcesses",
            "become_subreaper", "end_tree", "environment_value", "living_descendants", "marked",
@@ -173,8 +174,7 @@ def _wait(pidfds: Collection[int], seconds: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        ready, _, _ = select.select(list(waiting), [], [], remaining)
-        waiting.difference_update(ready)
+        waiting.difference_update(readable(waiting, remaining))
 
 
 def _reap(zombies: Iterable[int], spare: Collection[int]) -> None:
@@ -189,8 +189,7 @@ def _reap(zombies: Iterable[int], spare: Collection[int]) -> None:
 
 def _exited(pidfd: int) -> bool:
     """True once every thread of the process behind ``pidfd`` has exited."""
-    readable, _, _ = select.select([pidfd], [], [], 0)
-    return bool(readable)
+    return bool(readable([pidfd]))
 
 
 def end_tree(roots: Iterable[int] | None = None, *, grace: float = GRACE,

@@ -12,7 +12,6 @@ import contextlib
 import mmap
 import os
 import pickle
-import select
 import signal
 import socket
 import threading
@@ -42,6 +41,7 @@ from aiovec._backends._process_tree import (
     become_subreaper,
     end_tree,
 )
+from aiovec._backends._readable import readable
 from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
@@ -89,7 +89,7 @@ def _exit_with_parent(lifeline: int) -> None:
     def watch() -> None:
         try:
             if not orphaned:
-                select.select(watched, [], [])
+                readable(watched, None)
         finally:
             end_tree()
             os._exit(70)

@@ -8,7 +8,6 @@ import asyncio
 import collections
 import contextlib
 import pickle
-import select
 import signal
 import socket
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ import anyio.lowlevel
 from aiovec._backends._children import Child
 from aiovec._backends._process._info_records import RecordSchema
 from aiovec._backends._process._protocol import HEADER, Kind, ReplyReader
+from aiovec._backends._readable import readable
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._infos import PackedInfos
 from aiovec._core._requests import Failure, Op
@@ -168,7 +168,7 @@ class WorkerHandle:
         """Deliver the replies already waiting in the socket, without waiting for more (unless
         a task is reading it)."""
         while (self.alive and self.outstanding and self.reading is None
-               and select.select([self.sock], [], [], 0)[0]):
+               and readable([self.sock.fileno()])):
             self.receive()
 
     async def read_when_ready(self) -> None:
