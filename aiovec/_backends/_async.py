@@ -439,9 +439,10 @@ class AsyncBackend(Backend):
                     slot.host.cancel()
             # else: its turn, or its permit, is still to come; it then closes the env
 
-    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> None:
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> list[tuple[Pending, int]]:
         """A step not started yet is withdrawn; a running one has its host cancelled, which
-        cancels the step's coroutine (a new host serves whatever the sub-env is sent next)."""
+        cancels the step's coroutine (a new host serves whatever the sub-env is sent next):
+        each is stopped."""
         for pending, position in steps:
             slot = self._slots[pending.env_indices[position]]
             for job in slot.jobs:
@@ -452,6 +453,7 @@ class AsyncBackend(Backend):
                 if (pending.replies[position] is NO_REPLY and slot.running
                         and slot.host is not None):
                     slot.host.cancel()
+        return []
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         self.refuse_if_closing()

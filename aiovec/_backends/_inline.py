@@ -107,11 +107,12 @@ class InlineBackend(Backend):
         for pending in self._unserved:
             pending.skipped.update(env_indices)
 
-    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> None:
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> list[tuple[Pending, int]]:
         # A first-ready step runs when recv waits for it: one aborted before then never runs.
         for pending, position in steps:
             if isinstance(pending, _InlinePending):
                 pending.skipped.add(pending.env_indices[position])
+        return []
 
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
         # Everything sent runs now, in order: each reply lands as its sub-env finishes.

@@ -266,13 +266,15 @@ class Backend(abc.ABC):
         more. Only backends whose replies the waiting task reads have any (``wait_arrivals``)."""
         return
 
-    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> None:
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> list[tuple[Pending, int]]:
         """The caller aborted these first-ready steps (``(request, position)`` each): stop
-        them where that harms no other sub-env. Whatever they still reply is never read, and
-        their sub-envs are reset before they step again, so a backend that cannot stop one
-        (a thread, a worker hosting others) lets it finish; a step not started yet may
-        still run."""
-        return
+        them where that harms no other sub-env → those it did not stop, whose replies still
+        land (the in-flight cap counts them until then).
+
+        Whatever they still reply is never read, and their sub-envs are reset before they
+        step again, so a backend that cannot stop one (a thread, a worker process, a Ray
+        actor) lets it finish; a step not started yet may still run."""
+        return list(steps)
 
     def lost_envs(self) -> list[int]:
         """Sub-envs whose host is gone (dead worker, abandoned thread): only ``remake`` helps."""

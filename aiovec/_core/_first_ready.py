@@ -11,6 +11,9 @@ and are taken off it as room is made. A sub-env owes a result from its ``send`` 
 
     QUEUED ──dispatched──▶ STEPPING ──landed──▶ READY ──recv──▶ (owes nothing)
        └──────────────────────┴────────────────────┴──abort──▶ (owes nothing; needs a reset)
+
+An aborted step the backend could not stop (a thread, a worker process) still runs: it keeps
+its room under the cap (``running_on``) until its reply lands, which is then dropped.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ class FirstReady:
     """The sub-envs sent an action and not received yet, and their results."""
 
     __slots__ = ("arrivals", "clock", "deadlines", "in_flight", "queue", "queued", "ready",
-                 "receiving")
+                 "receiving", "running_on")
 
     def __init__(self, arrivals: Arrivals, clock: Callable[[], float]) -> None:
         self.arrivals = arrivals
@@ -106,6 +109,9 @@ class FirstReady:
         self.queued: dict[int, QueuedSend] = {}
         #: The queued sends, oldest first (some may hold only sub-envs dispatched or aborted).
         self.queue: collections.deque[QueuedSend] = collections.deque()
+        #: Aborted steps ``(request, position)`` that run on (the backend could not stop
+        #: them), until their reply lands: they still take room under the cap.
+        self.running_on: set[tuple[Pending, int]] = set()
         self.receiving = False
 
     def __len__(self) -> int:
@@ -116,6 +122,11 @@ class FirstReady:
         """Those of ``env_ids`` queued, stepping or with a result not received yet."""
         in_flight, ready, queued = self.in_flight, self.ready, self.queued
         return [env for env in env_ids if env in in_flight or env in ready or env in queued]
+
+    def running(self) -> int:
+        """How many steps run: dispatched and not landed, aborted ones that run on included
+        (what the in-flight cap counts)."""
+        return len(self.in_flight) + len(self.running_on)
 
     def stepping(self, env_ids: Iterable[int]) -> list[int]:
         """Those of ``env_ids`` queued or stepping (results waiting for ``recv`` aside)."""
@@ -192,8 +203,8 @@ class FirstReady:
         return owed, steps
 
     def collect(self) -> None:
-        """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on,
-        are dropped)."""
+        """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on
+        or aborted, are dropped: an aborted step that ran on frees its room)."""
         landed, in_flight, ready = self.arrivals.landed, self.in_flight, self.ready
         deadlines = self.deadlines
         while landed:
@@ -205,6 +216,8 @@ class FirstReady:
                 if deadlines:
                     deadlines.pop(env_index, None)
                 ready[env_index] = pending.replies[position]
+            elif self.running_on:
+                self.running_on.discard((pending, position))
 
     def next_deadline(self) -> float:
         """The earliest deadline of a sub-env still stepping (``inf``: none)."""

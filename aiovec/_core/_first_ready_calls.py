@@ -12,7 +12,8 @@ engine's path per sub-env (``Engine._receive``). What this layer adds:
   are aborted. Dispatching waits while sub-envs are being remade (a restart replaces
   hosts) or another call holds a queued sub-env, and resumes when that ends; a call on other
   sub-envs (a masked ``reset``) does not stop it;
-- ``abort`` forgets what sub-envs owe and stops their steps where the backend can.
+- ``abort`` forgets what sub-envs owe and stops their steps where the backend can; a step it
+  cannot stop keeps its room under the cap until it ends, so the cap bounds what really runs.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class FirstReadyCalls(Engine):
         backend, cap = self._backend, self._max_in_flight
         if cap is not None:
             first.collect()
-        queue = bool(first.queued) or (cap is not None and len(first.in_flight) + len(ids) > cap)
+        queue = bool(first.queued) or (cap is not None and first.running() + len(ids) > cap)
         checker = self._checkers.of_size(len(ids))
         # Queued actions wait: they must be a copy of the caller's, whatever the backend,
         # objects too (sent at once, objects are pickled by then, or handed over as they are
@@ -147,7 +148,7 @@ class FirstReadyCalls(Engine):
         first.arrivals.pump = self._pump
         first.collect()
         cap = self._max_in_flight
-        room = math.inf if cap is None else cap - len(first.in_flight)
+        room = math.inf if cap is None else cap - first.running()
         backend = self._backend
         waking = False  # a new deadline or a failure: a waiting recv must look again
         try:
@@ -182,8 +183,10 @@ class FirstReadyCalls(Engine):
         Sends past it wait in a queue, in send order, and are dispatched as results land.
         Raising the cap dispatches at once; lowering it lets the running steps finish. A
         queued sub-env owes a result (``recv`` returns it, ``send`` refuses it) and its
-        ``timeout`` starts when its step is dispatched. ``max_concurrency``, by contrast,
-        caps every call inside the backend and counts waiting for a turn in the timeout.
+        ``timeout`` starts when its step is dispatched. An aborted step the backend cannot
+        stop (thread, process, Ray) counts until it ends, so the cap bounds the steps that
+        really run (``num_stepping``). ``max_concurrency``, by contrast, caps every call
+        inside the backend and counts waiting for a turn in the timeout.
         """
         return self._max_in_flight
 
@@ -194,13 +197,15 @@ class FirstReadyCalls(Engine):
 
     @property
     def num_stepping(self) -> int:
-        """How many sub-envs sent an action are stepping now (dispatched, result not landed)."""
+        """How many first-ready steps run now: dispatched, result not landed, aborted ones
+        still running included (a thread, a worker process or a Ray actor cannot stop one;
+        their results are never received). This is what ``max_in_flight`` caps."""
         first = self._first_ready
         if first is None:
             return 0
         self._backend.poll_arrivals()
         first.collect()
-        return len(first.in_flight)
+        return first.running()
 
     @property
     def num_queued(self) -> int:
@@ -265,9 +270,10 @@ class FirstReadyCalls(Engine):
 
         With none stepping, what it waits for is queued and dispatching is held up (it was
         just tried): it waits for that to end (``_until_changed``) rather than polling the
-        backend, which may return at once.
+        backend, which may return at once. An aborted step that runs on is stepping: its
+        landing makes room.
         """
-        blocked = not first.in_flight and bool(first.queued)
+        blocked = not first.running() and bool(first.queued)
         deadline = min(first.next_deadline(), until)
         if deadline == math.inf and not blocked:
             await self._backend.wait_arrivals(first.arrivals, count)
@@ -298,7 +304,8 @@ class FirstReadyCalls(Engine):
 
     def _abort_some(self, env_ids: Any) -> None:
         """``abort``: forget what sub-envs ``env_ids`` owe and stop their steps where the
-        backend can; each one that owed anything then needs a reset."""
+        backend can (those it cannot keep their room under the cap until they end); each
+        one that owed anything then needs a reset."""
         self._check_not_closed("abort")
         ids = check_can_abort(env_ids, self.num_envs, running=self._holds_all(),
                               held=self._holds)
@@ -310,7 +317,7 @@ class FirstReadyCalls(Engine):
         if not owed:
             return
         if steps:
-            self._backend.abort_steps(steps)
+            first.running_on.update(self._backend.abort_steps(steps))
         self._health.need_reset(owed)
         self._counters.aborts += len(owed)
         if first.receiving:  # it may wait for what was aborted: it counts again

@@ -514,9 +514,9 @@ class AsyncVectorEnv(FirstReadyCalls):
         an empty sequence: none) and return at once: nothing they return is ever received.
 
         A queued step (``max_in_flight``) is dropped; a running one is cancelled where the
-        backend can (the async backend cancels its coroutine), else left to finish, its
-        result thrown away (no worker hosting others is stopped); a result waiting for
-        ``recv`` is dropped. Each sub-env that owed anything then needs a reset, which may
+        backend can (the async backend cancels its coroutine), else left to finish (counted
+        by ``num_stepping`` and the cap until then), its result thrown away; a result waiting
+        for ``recv`` is dropped. Each sub-env that owed anything then needs a reset, which may
         run while others step (``reset(options={"reset_mask": mask})``); counted in
         ``statistics().aborts``, not as a failure, timeout or restart. Refused before
         anything is dropped: a bad ``env_ids`` as ``send``'s, and while another call holds them.

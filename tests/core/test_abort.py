@@ -43,7 +43,9 @@ async def test_nothing_of_an_aborted_step_is_ever_received(anyio_backend: Any, b
         await gates.until(gates.entered, 0, 1)
 
         envs.abort([0, 2, 3])
-        assert (envs.num_stepping, envs.num_queued, envs.num_ready) == (1, 0, 0)
+        # 0's step runs on, and counts, until it ends, unless the backend cancels it (async).
+        running = 1 if backend == "async" else 2
+        assert (envs.num_stepping, envs.num_queued, envs.num_ready) == (running, 0, 0)
         statistics = envs.statistics()
         assert statistics.aborts == 3
         assert (statistics.errors, statistics.timeouts, statistics.restarts) == (0, 0, 0)
