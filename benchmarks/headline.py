@@ -130,7 +130,7 @@ def render_agentic(path: Path = AGENTIC) -> str:
     caption = (
         f"Medians of the interleaved repeats of one full run of `benchmarks/agentic.py` "
         f"(`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`, which has every "
-        "column and the formulas of X*); spread = (max - min) / median of episodes/s. "
+        "column and the formulas of X*); spread = (max-min)/median of episodes/s. "
         f"Machine: {_stated([report], 'machine')}. Software: {_stated([report], 'versions')}. "
         f"Date: {_stated([report], 'date')}.")
     return "\n".join([*lines, "", "```", checks, "```", "",
