@@ -6,6 +6,8 @@
 #                 then a smoke run of the benchmark (prints its table, asserts nothing), then
 #                 the core tests on the other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
+#   make full   - the suite with every variant of every test, not a covering design of them
+#                 (tests/variants.py), on every supported Python
 #   make soak   - the soaks (chaos runs, start/stop cycles) at full length: ~10 min; the suite
 #                 runs them compressed (tests/soak.py)
 PYTHON ?= python3
@@ -17,7 +19,7 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 STAMP := $(VENV)/.installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 DEMO_STAMP := $(VENV)/.demo-installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 
-.PHONY: demo test check lint typecheck unit quick rllib package docs bench bench-quick bench-real \
+.PHONY: demo test check full lint typecheck unit quick rllib package docs bench bench-quick bench-real \
 	other-pythons soak clean
 
 # A venv on PYTHON at $(VENV), with pip upgraded: made anew if it holds another Python version.
@@ -83,6 +85,12 @@ quick: $(STAMP)
 	$(BIN)/python -m pytest -m "serial and not slow"
 
 check: lint typecheck quick
+
+# The suite with every variant: each loop against every combination of the other parameters,
+# and every Ray variant (`make unit` runs a covering design of them: tests/variants.py); on
+# the other Pythons too. About twice as long as `make unit`.
+full:
+	AIOVEC_VARIANTS=full $(MAKE) --no-print-directory unit other-pythons OTHER_VARIANTS=full
 
 SOAKS := tests/faults/test_chaos.py tests/backends/test_process.py::test_fifty_cycles_and_a_crash_leak_nothing
 
@@ -153,6 +161,9 @@ OTHER_MARKS := not slow and not ray
 # newest (TRIO_ON) runs the trio ones too, as the full suite does on PYTHON. (The uvloop
 # variants are marked slow.)
 TRIO_ON ?= 3.13
+# Of each test, the fewest variants that meet every value of every parameter (tests/variants.py):
+# what differs on another Python is the interpreter, which every test and every value meets.
+OTHER_VARIANTS ?= each
 OTHER_LOOPS = $(if $(filter $*,$(TRIO_ON)),,-k "not trio")
 
 other-pythons:
@@ -177,10 +188,10 @@ other-pythons:
 
 other-python-%: .venv-%/.installed-$(DEPENDENCIES)
 	@echo "--- Python $* ($$(.venv-$*/bin/python -c 'import sys; print(sys.version.split()[0])'))"
-	.venv-$*/bin/python -m pytest -p no:cacheprovider $(XDIST) -m "$(OTHER_MARKS) and not serial" \
-		$(OTHER_LOOPS) $(OTHER_TESTS)
-	.venv-$*/bin/python -m pytest -p no:cacheprovider -m "$(OTHER_MARKS) and serial" \
-		$(OTHER_LOOPS) $(OTHER_TESTS)
+	AIOVEC_VARIANTS=$(OTHER_VARIANTS) .venv-$*/bin/python -m pytest -p no:cacheprovider $(XDIST) \
+		-m "$(OTHER_MARKS) and not serial" $(OTHER_LOOPS) $(OTHER_TESTS)
+	AIOVEC_VARIANTS=$(OTHER_VARIANTS) .venv-$*/bin/python -m pytest -p no:cacheprovider \
+		-m "$(OTHER_MARKS) and serial" $(OTHER_LOOPS) $(OTHER_TESTS)
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) .venv-3.* dist build .mypy_cache .ruff_cache .pytest_cache

@@ -1,5 +1,6 @@
 """Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio (a Ray
-variant on trio and uvloop only in the Ray backend's own tests: ``RAY_ON_EVERY_LOOP``)."""
+variant on trio and uvloop only in the Ray backend's own tests: ``RAY_ON_EVERY_LOOP``), each
+loop against every other parameter pairwise (tests/variants.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests import variants
 from tests.backends_matrix import EVENT_LOOPS
 from tests.leaks import (
     child_pids,
@@ -28,6 +30,10 @@ collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else
 # sets AIOVEC_RLLIB_TESTS=1 (part of `make test`).
 if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
     collect_ignore.append("rllib")
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(variants.EachDesign(), "aiovec-each-design")
+
 
 @pytest.fixture(params=[pytest.param(loop, id=name) for name, loop in EVENT_LOOPS.items()])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
@@ -86,13 +92,13 @@ RAY_GROUP = "ray"
 #: (aiovec sees an asyncio loop), and its variants are a third of the suite.
 SLOW_LOOP = EVENT_LOOPS["uvloop"]
 ASYNCIO = EVENT_LOOPS["asyncio"]
-#: Where the Ray backend runs on every loop: its own tests. The tests that check one
-#: mechanism on every backend run their Ray variant on asyncio only: the Ray tests run one
-#: after another in one xdist worker, the suite's longest path, and a trio or uvloop variant
-#: there adds seconds per test (an actor to start) to check no code of its own (the Ray
-#: backend's bridge to the caller's loop is the same for every mechanism, and its own tests
-#: check it on every loop).
-RAY_ON_EVERY_LOOP = ("tests/backends/test_ray.py", "tests/backends/test_ray_process_tree.py")
+#: Where the Ray backend runs on every loop: its own API tests. The other Ray tests run on
+#: asyncio only: the Ray tests run one after another in one xdist worker, the suite's longest
+#: path, and a trio or uvloop variant there adds seconds per test (an actor to start) to check
+#: no code of its own (the Ray backend's bridge to the caller's loop is the same for every
+#: mechanism, and test_ray.py checks it on every loop; what ends a Ray sub-env's processes,
+#: tests/backends/test_ray_process_tree.py, is the actor and its keeper, not the loop).
+RAY_ON_EVERY_LOOP = ("tests/backends/test_ray.py",)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -120,6 +126,12 @@ def pytest_collection_modifyitems(config: pytest.Config,
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not _ray_off_asyncio_elsewhere(item)]
+    # Every loop against every other parameter pairwise, not every combination
+    # (tests/variants.py; AIOVEC_FULL_MATRIX=1 runs them all).
+    thinned = {id(item) for item in variants.left_out(items, EVENT_LOOPS, _item_uses_ray)}
+    if thinned:
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in thinned])
+        items[:] = [item for item in items if id(item) not in thinned]
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:

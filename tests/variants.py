@@ -1,0 +1,182 @@
+"""Which variants of a parametrized test run: every value of every parameter, not every product.
+
+Covering designs: each is a choice of variants that still meets every value of every
+parameter. ``AIOVEC_VARIANTS`` names the design: ``pairwise`` (the default), ``each`` (the
+other Pythons ``make test`` runs) or ``full`` (every variant: ``make full``).
+
+The default, ``pairwise``, is two rules:
+
+- **Loops, pairwise.** Every async test runs on asyncio, uvloop and trio. A test that also
+  varies two or more other parameters (a backend, a space, an autoreset mode, ...) does not
+  need every loop against every combination of them: what a loop can get wrong is how a
+  mechanism waits, wakes and cancels, which shows against each backend, each space and each
+  mode, not against each triple. So each combination of the other parameters runs on one
+  loop, chosen so that every value of every parameter still meets every loop (a Latin square:
+  the loop is the sum of the parameters' positions, modulo the number of loops). Where that
+  would leave a (loop, value) pair out, nothing is thinned.
+- **Ray, each value once.** A test that runs a mechanism on every backend and over other
+  parameters runs the full product on the local backends; its Ray variants (an actor takes
+  seconds to start, and every Ray test shares one pytest-xdist worker: tests/conftest.py)
+  cover each value of each other parameter at least once. The Ray backend's own tests
+  (tests/backends/test_ray*.py) are not thinned this way.
+
+``each`` keeps, of every test, the fewest variants that meet each value of each parameter
+(the loop included) at least once, among those left after ``-m`` and ``-k``: on the other
+Pythons, what differs is the interpreter, which every test and every value still meets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+#: The design: ``pairwise``, ``each`` or ``full``.
+DESIGN = os.environ.get("AIOVEC_VARIANTS", "pairwise")
+if DESIGN not in ("pairwise", "each", "full"):
+    raise RuntimeError(f"AIOVEC_VARIANTS={DESIGN!r}: use pairwise, each or full")
+LOOP_PARAMETER = "anyio_backend"
+#: The parameter of the backend a test runs on (its Ray variants are those on Ray).
+BACKEND_PARAMETER = "backend"
+#: The Ray backend's own tests: every Ray variant runs there.
+RAY_OWN_TESTS = "tests/backends/test_ray"
+
+Key = tuple[tuple[str, int], ...]
+
+
+def left_out(items: Sequence[pytest.Item], loops: dict[str, Any],
+             uses_ray: Callable[[pytest.Item], bool]) -> list[pytest.Item]:
+    """The variants of ``items`` the pairwise design leaves out (none under another design);
+    ``uses_ray`` tells the tests on Ray."""
+    if DESIGN != "pairwise":
+        return []
+    out: list[pytest.Item] = []
+    for variants in _by_test(items):
+        ray = [item for item in variants if uses_ray(item)]
+        if ray and not variants[0].nodeid.startswith(RAY_OWN_TESTS):
+            out.extend(_ray_left_out(ray))
+            variants = [item for item in variants if not uses_ray(item)]
+        if variants and all(LOOP_PARAMETER in item.callspec.params  # type: ignore[attr-defined]
+                            for item in variants):
+            out.extend(_loops_left_out(variants, loops))
+    return out
+
+
+def each_left_out(items: Sequence[pytest.Item]) -> list[pytest.Item]:
+    """The variants of ``items`` the ``each`` design leaves out (none under another)."""
+    if DESIGN != "each":
+        return []
+    return [item for variants in _by_test(items) for item in _each_left_out(variants, "")]
+
+
+def _by_test(items: Sequence[pytest.Item]) -> list[list[pytest.Item]]:
+    """The parametrized ``items``, grouped by the test they are variants of."""
+    by_test: dict[tuple[Any, ...], list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        if getattr(item, "callspec", None) is not None:
+            by_test[(item.path, getattr(item.cls, "__name__", None),
+                     getattr(item, "originalname", item.name))].append(item)
+    return list(by_test.values())
+
+
+def loop_name(value: Any, loops: dict[str, Any]) -> str | None:
+    """The name in ``loops`` of an ``anyio_backend`` value (a name or a loop's spec)."""
+    for name, spec in loops.items():
+        if value in (spec, name):
+            return name
+    return None
+
+
+def _loops_left_out(variants: list[pytest.Item], loops: dict[str, Any]) -> list[pytest.Item]:
+    """The loop variants of one test that the pairwise design leaves out."""
+    order = list(loops)
+    combos: dict[Key, dict[str, pytest.Item]] = defaultdict(dict)
+    seen: dict[str, list[Any]] = defaultdict(list)
+    for item in variants:
+        params = item.callspec.params  # type: ignore[attr-defined]
+        name = loop_name(params[LOOP_PARAMETER], loops)
+        if name is None:
+            return []
+        combos[_key(params, seen, LOOP_PARAMETER)][name] = item
+    # Only the combinations that run on every loop are thinned (e.g. not Ray's, which run
+    # on asyncio alone outside its own tests: tests/conftest.py).
+    full = [key for key, by_loop in combos.items() if len(by_loop) == len(order)]
+    columns = _columns(full)
+    if len(columns) < 2:
+        return []
+    ranks = [{index: rank for rank, index in enumerate(sorted(set(column)))}
+             for column in columns]
+    kept = [order[sum(rank[column[row]] for rank, column in zip(ranks, columns)) % len(order)]
+            for row in range(len(full))]
+    # Every value of every parameter must still meet every loop; else nothing is thinned.
+    for column in columns:
+        met = {(column[row], kept[row]) for row in range(len(full))}
+        if len(met) < len(set(column)) * len(order):
+            return []
+    return [item for key, loop in zip(full, kept)
+            for name, item in combos[key].items() if name != loop]
+
+
+def _ray_left_out(ray: list[pytest.Item]) -> list[pytest.Item]:
+    """The Ray variants of one test left out."""
+    return _each_left_out(ray, BACKEND_PARAMETER)
+
+
+def _each_left_out(variants: list[pytest.Item], leaving: str) -> list[pytest.Item]:
+    """The variants of one test left out when the fewest that meet each value of each
+    parameter but ``leaving`` are kept (greedily: the variant meeting the most values not met
+    yet first)."""
+    seen: dict[str, list[Any]] = defaultdict(list)
+    keyed = [(_key(item.callspec.params, seen, leaving), item)  # type: ignore[attr-defined]
+             for item in variants]
+    to_meet = {pair for key, _ in keyed for pair in key}
+    kept: set[int] = set()
+    while to_meet or not kept:
+        best = max(range(len(keyed)), key=lambda row: len(to_meet.intersection(keyed[row][0])))
+        kept.add(best)
+        to_meet.difference_update(keyed[best][0])
+    return [item for row, (_, item) in enumerate(keyed) if row not in kept]
+
+
+def _key(params: dict[str, Any], seen: dict[str, list[Any]], leaving: str) -> Key:
+    """A variant's parameters but ``leaving``, as positions among each one's values."""
+    return tuple(sorted((parameter, _position(seen[parameter], value))
+                        for parameter, value in params.items() if parameter != leaving))
+
+
+def _position(values: list[Any], value: Any) -> int:
+    """The position of ``value`` among ``values`` (appended if new): by identity, as every
+    variant of a test holds the very objects its parametrize lists."""
+    for position, known in enumerate(values):
+        if known is value:
+            return position
+    values.append(value)
+    return len(values) - 1
+
+
+def _columns(keys: list[Key]) -> list[tuple[int, ...]]:
+    """The positions of each parameter over ``keys`` (a column per parameter), with
+    parameters that always move together (one ``parametrize`` of several names) merged."""
+    names = sorted({parameter for key in keys for parameter, _ in key})
+    columns = []
+    for parameter in names:
+        column = tuple(dict(key).get(parameter, -1) for key in keys)
+        if column not in columns and len(set(column)) > 1:
+            columns.append(column)
+    return columns
+
+
+class EachDesign:
+    """The ``each`` design, as a plugin: it chooses among the variants ``-m`` and ``-k`` left
+    (registered by tests/conftest.py)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        out = {id(item) for item in each_left_out(items)}
+        if out:
+            config.hook.pytest_deselected(items=[item for item in items if id(item) in out])
+            items[:] = [item for item in items if id(item) not in out]
