@@ -29,6 +29,12 @@ def anyio_backend(request):
 def test_rollout(anyio_backend, kind, mode, backend):
     pass
 
+@pytest.mark.parametrize("backend", {BACKENDS[:-1]!r})
+@pytest.mark.parametrize("mode", {MODES!r})
+@pytest.mark.parametrize("kind", {KINDS!r})
+def test_sync_rollout(kind, mode, backend):
+    pass
+
 @pytest.mark.parametrize("backend", {BACKENDS!r})
 def test_one_mechanism(anyio_backend, backend):
     pass
@@ -85,6 +91,16 @@ def test_pairwise_runs_each_combination_once_and_every_value_on_every_loop(
     for parameter, values in (("kind", KINDS), ("mode", MODES), ("backend", BACKENDS[:-1])):
         assert met(local, parameter, "anyio_backend") == set(
             itertools.product(values, EVENT_LOOPS)), parameter
+
+
+def test_a_test_with_no_loop_is_thinned_pairwise_over_its_smallest_parameter(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = collected(pytester, monkeypatch, "pairwise")["test_sync_rollout"]
+    local = BACKENDS[:-1]
+    assert sorted((row["kind"], row["backend"]) for row in rows) == sorted(
+        itertools.product(KINDS, local))
+    assert met(rows, "kind", "mode") == set(itertools.product(KINDS, MODES))
+    assert met(rows, "backend", "mode") == set(itertools.product(local, MODES))
 
 
 def test_ray_variants_meet_each_other_value_once(

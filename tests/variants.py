@@ -13,7 +13,9 @@ The default, ``pairwise``, is two rules:
   mode, not against each triple. So each combination of the other parameters runs on one
   loop, chosen so that every value of every parameter still meets every loop (a Latin square:
   the loop is the sum of the parameters' positions, modulo the number of loops). Where that
-  would leave a (loop, value) pair out, nothing is thinned.
+  would leave a (loop, value) pair out, nothing is thinned. A test with no loop (the sync
+  shim's) that runs on several backends and varies two or more other parameters is thinned
+  alike, its parameter with the fewest values in the loop's place.
 - **Ray, each value once.** A test that runs a mechanism on every backend and over other
   parameters runs the full product on the local backends; its Ray variants (an actor takes
   seconds to start, and every Ray test shares one pytest-xdist worker: tests/conftest.py)
@@ -62,6 +64,8 @@ def left_out(items: Sequence[pytest.Item], loops: dict[str, Any],
         if variants and all(LOOP_PARAMETER in item.callspec.params  # type: ignore[attr-defined]
                             for item in variants):
             out.extend(_loops_left_out(variants, loops))
+        elif variants:
+            out.extend(_backends_left_out(variants))
     return out
 
 
@@ -92,18 +96,45 @@ def loop_name(value: Any, loops: dict[str, Any]) -> str | None:
 
 def _loops_left_out(variants: list[pytest.Item], loops: dict[str, Any]) -> list[pytest.Item]:
     """The loop variants of one test that the pairwise design leaves out."""
-    order = list(loops)
-    combos: dict[Key, dict[str, pytest.Item]] = defaultdict(dict)
+    return _latin_left_out(variants, LOOP_PARAMETER, lambda value: loop_name(value, loops),
+                           list(loops))
+
+
+def _backends_left_out(variants: list[pytest.Item]) -> list[pytest.Item]:
+    """The variants of one test with no loop, run on several backends, that the pairwise
+    design leaves out: its parameter with the fewest values is assigned as a loop is."""
+    seen: dict[str, list[Any]] = defaultdict(list)
+    for item in variants:
+        _key(item.callspec.params, seen, "")  # type: ignore[attr-defined]
+    if len(seen.get(BACKEND_PARAMETER, ())) < 2 or len(seen) < 3:
+        return []
+    assigned = min((parameter for parameter, values in seen.items() if len(values) > 1
+                    and parameter != BACKEND_PARAMETER), key=lambda name: len(seen[name]),
+                   default=None)
+    if assigned is None:
+        return []
+    values = seen[assigned]
+    return _latin_left_out(variants, assigned, lambda value: _position(values, value),
+                           list(range(len(values))))
+
+
+def _latin_left_out(variants: list[pytest.Item], assigned: str, name_of: Callable[[Any], Any],
+                    order: list[Any]) -> list[pytest.Item]:
+    """The variants of one test left out when each combination of the other parameters runs
+    with one value of ``assigned`` (``name_of`` names a value, ``order`` lists the names):
+    the sum of their positions, modulo how many there are; none if a value of another
+    parameter would then miss a value of ``assigned``."""
+    combos: dict[Key, dict[Any, pytest.Item]] = defaultdict(dict)
     seen: dict[str, list[Any]] = defaultdict(list)
     for item in variants:
         params = item.callspec.params  # type: ignore[attr-defined]
-        name = loop_name(params[LOOP_PARAMETER], loops)
+        name = name_of(params[assigned])
         if name is None:
             return []
-        combos[_key(params, seen, LOOP_PARAMETER)][name] = item
-    # Only the combinations that run on every loop are thinned (e.g. not Ray's, which run
+        combos[_key(params, seen, assigned)][name] = item
+    # Only the combinations that run with every value are thinned (e.g. not Ray's, which run
     # on asyncio alone outside its own tests: tests/conftest.py).
-    full = [key for key, by_loop in combos.items() if len(by_loop) == len(order)]
+    full = [key for key, by_value in combos.items() if len(by_value) == len(order)]
     columns = _columns(full)
     if len(columns) < 2:
         return []
@@ -111,13 +142,12 @@ def _loops_left_out(variants: list[pytest.Item], loops: dict[str, Any]) -> list[
              for column in columns]
     kept = [order[sum(rank[column[row]] for rank, column in zip(ranks, columns)) % len(order)]
             for row in range(len(full))]
-    # Every value of every parameter must still meet every loop; else nothing is thinned.
     for column in columns:
         met = {(column[row], kept[row]) for row in range(len(full))}
         if len(met) < len(set(column)) * len(order):
             return []
-    return [item for key, loop in zip(full, kept)
-            for name, item in combos[key].items() if name != loop]
+    return [item for key, value in zip(full, kept)
+            for name, item in combos[key].items() if name != value]
 
 
 def _ray_left_out(ray: list[pytest.Item]) -> list[pytest.Item]:
