@@ -199,7 +199,7 @@ def test_scripts_need_no_main_guard(tmp_path: Path) -> None:
     assert done.stdout.count("ran (2, 4)") == 1
 
 
-# ~20 s on a quiet machine at full length (make soak; an eighth of the cycles in the suite:
+# ~20 s on a quiet machine at full length (make soak; a quarter of the cycles in the suite:
 # tests/soak.py): one loop (worker start and shutdown do not depend on it; the leak checks of
 # the other tests run on every loop).
 @pytest.mark.slow

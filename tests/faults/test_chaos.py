@@ -1,5 +1,5 @@
 """The chaos run: 20,000 vector steps of 16 sub-envs with random crashes, hangs and raises
-under the restart policy (in the suite compressed to 2,500 steps at eight times the fault rate;
+under the restart policy (in the suite compressed to 5,000 steps at four times the fault rate;
 ``make soak`` runs the full length: tests/soak.py). Every call
 returns a full batch; what the vector env reported reconciles exactly with what the sub-envs
 recorded; the healthy sub-envs' trajectories equal a fault-free run; nothing leaks."""
