@@ -69,6 +69,8 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 # The process-backend tests of these suites run a second time with a parent worker (one share
 # of the sub-envs on a thread of the test process: aiovec's parent_worker=True), so that its
 # failures, deadlines, restarts and rollouts are checked exactly as a worker process's are.
+# Every variant (AIOVEC_VARIANTS=full) but uvloop's (slow): the pairwise design would leave
+# out the combinations it gave uvloop (tests/variants.py).
 PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_ready.py \
 	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/faults tests/shim
 
@@ -76,7 +78,7 @@ PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_rea
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not serial" --junitxml=build/junit-unit.xml
 	$(BIN)/python -m pytest -m serial --junitxml=build/junit-serial.xml
-	AIOVEC_PARENT_WORKER=1 $(BIN)/python -m pytest $(XDIST) -k process \
+	AIOVEC_PARENT_WORKER=1 AIOVEC_VARIANTS=full $(BIN)/python -m pytest $(XDIST) -k process \
 		-m "not serial and not slow and not worker_processes" $(PARENT_WORKER_TESTS)
 
 # Every test not marked slow (the slow ones still run in `make unit`): 4 minutes or less.
@@ -161,7 +163,7 @@ OTHER_MARKS := not slow and not ray
 # newest (TRIO_ON) runs the trio ones too, as the full suite does on PYTHON. (The uvloop
 # variants are marked slow.)
 TRIO_ON ?= 3.13
-# Of each test, the fewest variants that meet every value of every parameter (tests/variants.py):
+# Of each test, a few variants that meet every value of every parameter (tests/variants.py):
 # what differs on another Python is the interpreter, which every test and every value meets.
 OTHER_VARIANTS ?= each
 OTHER_LOOPS = $(if $(filter $*,$(TRIO_ON)),,-k "not trio")

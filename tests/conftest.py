@@ -31,7 +31,9 @@ collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else
 if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
     collect_ignore.append("rllib")
 
+
 def pytest_configure(config: pytest.Config) -> None:
+    """The ``each`` design chooses after ``-m`` and ``-k`` (tests/variants.py)."""
     config.pluginmanager.register(variants.EachDesign(), "aiovec-each-design")
 
 
@@ -127,7 +129,7 @@ def pytest_collection_modifyitems(config: pytest.Config,
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not _ray_off_asyncio_elsewhere(item)]
     # Every loop against every other parameter pairwise, not every combination
-    # (tests/variants.py; AIOVEC_FULL_MATRIX=1 runs them all).
+    # (tests/variants.py; AIOVEC_VARIANTS=full runs them all).
     thinned = {id(item) for item in variants.left_out(items, EVENT_LOOPS, _item_uses_ray)}
     if thinned:
         config.hook.pytest_deselected(items=[item for item in items if id(item) in thinned])

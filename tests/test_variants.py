@@ -5,6 +5,10 @@ interpreter (``each``)."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +19,7 @@ from tests.backends_matrix import EVENT_LOOPS
 KINDS = ["box", "discrete", "dict", "tuple", "cartpole"]
 MODES = ["NextStep", "SameStep", "Disabled"]
 BACKENDS = ["inline", "thread", "process", "async", "ray"]
+REPO = Path(__file__).resolve().parent.parent
 
 TEST_FILE = f"""
 import pytest
@@ -146,3 +151,35 @@ def test_full_keeps_every_variant(pytester: pytest.Pytester,
     assert len(kept["test_rollout"]) == len(EVENT_LOOPS) * len(KINDS) * len(MODES) * len(
         BACKENDS)
     assert len(kept["test_one_mechanism"]) == len(EVENT_LOOPS) * len(BACKENDS)
+
+
+def collect_differential(design: str, *arguments: str) -> list[list[str]]:
+    """The ids of ``test_async_rollouts_match_sync_vector_env``'s variants that a real
+    collection under ``design`` keeps, split (loop, space, mode, backend): the suite's own
+    conftest, ``-m`` and ``-k`` included."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *arguments, "tests/core/test_differential.py"],
+        cwd=REPO, env={**os.environ, "AIOVEC_VARIANTS": design}, capture_output=True,
+        text=True, timeout=300, check=True)
+    name = "test_async_rollouts_match_sync_vector_env["
+    return [line.split(name, 1)[1].rstrip("]").split("-") for line in done.stdout.splitlines()
+            if name in line]
+
+
+@pytest.mark.slow  # three collections in subprocesses
+def test_the_suite_collects_each_design() -> None:
+    loops, local = list(EVENT_LOOPS), BACKENDS[:-1]
+    full = collect_differential("full")
+    assert len(full) == len(loops) * len(KINDS) * len(MODES) * len(local)
+    pairwise = collect_differential("pairwise")
+    assert len(pairwise) == len(full) // len(loops)
+    for position, values in ((1, KINDS), (2, MODES), (3, local)):
+        assert {(ids[position], ids[0]) for ids in pairwise} == set(
+            itertools.product(values, loops))
+    # each: chosen after -m and -k (the uvloop variants are slow, so are the process ones).
+    each = collect_differential("each", "-m", "not slow", "-k", "not trio")
+    assert {ids[0] for ids in each} == {"asyncio"}
+    assert {ids[1] for ids in each} == set(KINDS) and {ids[2] for ids in each} == set(MODES)
+    assert {ids[3] for ids in each} == {"inline", "thread", "async"}
+    assert len(each) == len(KINDS)

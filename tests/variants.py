@@ -16,15 +16,21 @@ The default, ``pairwise``, is two rules:
   would leave a (loop, value) pair out, nothing is thinned. A test with no loop (the sync
   shim's) that runs on several backends and varies two or more other parameters is thinned
   alike, its parameter with the fewest values in the loop's place.
-- **Ray, each value once.** A test that runs a mechanism on every backend and over other
-  parameters runs the full product on the local backends; its Ray variants (an actor takes
-  seconds to start, and every Ray test shares one pytest-xdist worker: tests/conftest.py)
-  cover each value of each other parameter at least once. The Ray backend's own tests
-  (tests/backends/test_ray*.py) are not thinned this way.
+- **Ray, each value once.** The Ray variants of a test outside the Ray backend's own tests
+  (tests/backends/test_ray*.py: there every variant runs), on ``backend="ray"`` or marked
+  ``ray``, meet each value of each other parameter at least once (an actor takes seconds to
+  start, and every Ray test shares one pytest-xdist worker: tests/conftest.py); the local
+  backends run the design above. So Ray's bit-for-bit rollouts meet every space and every
+  autoreset mode, not every pair of them.
 
-``each`` keeps, of every test, the fewest variants that meet each value of each parameter
-(the loop included) at least once, among those left after ``-m`` and ``-k``: on the other
-Pythons, what differs is the interpreter, which every test and every value still meets.
+``each`` keeps, of every test, a few variants (a greedy cover) that meet each value of each
+parameter (the loop included) at least once, among those left after ``-m`` and ``-k``: on the
+other Pythons, what differs is the interpreter, which every test and every value still meets.
+
+The designs are chosen over the whole collection (``pairwise``, before ``-m`` and ``-k``) or
+over what is left (``each``). So a combination that ``pairwise`` gives uvloop, whose variants
+are ``slow``, does not run in ``make check``; ``make unit`` runs it. Values told apart by
+identity only: a test holding one object twice under two ids is not thinned.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ BACKEND_PARAMETER = "backend"
 #: The Ray backend's own tests: every Ray variant runs there.
 RAY_OWN_TESTS = "tests/backends/test_ray"
 
+#: A variant's parameters, as (name, position among that parameter's values).
 Key = tuple[tuple[str, int], ...]
 
 
@@ -121,9 +128,8 @@ def _backends_left_out(variants: list[pytest.Item]) -> list[pytest.Item]:
 def _latin_left_out(variants: list[pytest.Item], assigned: str, name_of: Callable[[Any], Any],
                     order: list[Any]) -> list[pytest.Item]:
     """The variants of one test left out when each combination of the other parameters runs
-    with one value of ``assigned`` (``name_of`` names a value, ``order`` lists the names):
-    the sum of their positions, modulo how many there are; none if a value of another
-    parameter would then miss a value of ``assigned``."""
+    with one value of ``assigned`` (the Latin square above; ``name_of`` names a value,
+    ``order`` lists the names); none where a (value, ``assigned``) pair would be lost."""
     combos: dict[Key, dict[Any, pytest.Item]] = defaultdict(dict)
     seen: dict[str, list[Any]] = defaultdict(list)
     for item in variants:
@@ -131,9 +137,12 @@ def _latin_left_out(variants: list[pytest.Item], assigned: str, name_of: Callabl
         name = name_of(params[assigned])
         if name is None:
             return []
-        combos[_key(params, seen, assigned)][name] = item
-    # Only the combinations that run with every value are thinned (e.g. not Ray's, which run
-    # on asyncio alone outside its own tests: tests/conftest.py).
+        by_value = combos[_key(params, seen, assigned)]
+        if name in by_value:  # one object under two ids: variants not told apart
+            return []
+        by_value[name] = item
+    # Only the combinations that run with every value are thinned (e.g. not the Ray
+    # process-tree tests', which run on asyncio alone: tests/conftest.py).
     full = [key for key, by_value in combos.items() if len(by_value) == len(order)]
     columns = _columns(full)
     if len(columns) < 2:
@@ -156,12 +165,14 @@ def _ray_left_out(ray: list[pytest.Item]) -> list[pytest.Item]:
 
 
 def _each_left_out(variants: list[pytest.Item], leaving: str) -> list[pytest.Item]:
-    """The variants of one test left out when the fewest that meet each value of each
-    parameter but ``leaving`` are kept (greedily: the variant meeting the most values not met
-    yet first)."""
+    """The variants of one test left out when a few that meet each value of each parameter
+    but ``leaving`` are kept (greedily: the variant meeting the most values not met yet
+    first)."""
     seen: dict[str, list[Any]] = defaultdict(list)
     keyed = [(_key(item.callspec.params, seen, leaving), item)  # type: ignore[attr-defined]
              for item in variants]
+    if len({key for key, _ in keyed}) < len(keyed):  # one object under two ids
+        return []
     to_meet = {pair for key, _ in keyed for pair in key}
     kept: set[int] = set()
     while to_meet or not kept:
