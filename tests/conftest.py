@@ -124,16 +124,11 @@ def pytest_collection_modifyitems(config: pytest.Config,
     grouping is checked after (see ``_group_by_suffix``).
     """
     grouping = config.pluginmanager.hasplugin("xdist")
-    left_out = [item for item in items if _ray_off_asyncio_elsewhere(item)]
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if not _ray_off_asyncio_elsewhere(item)]
+    variants.deselect(config, items,
+                      [item for item in items if _ray_off_asyncio_elsewhere(item)])
     # Every loop against every other parameter pairwise, not every combination
     # (tests/variants.py; AIOVEC_VARIANTS=full runs them all).
-    thinned = {id(item) for item in variants.left_out(items, EVENT_LOOPS, _item_uses_ray)}
-    if thinned:
-        config.hook.pytest_deselected(items=[item for item in items if id(item) in thinned])
-        items[:] = [item for item in items if id(item) not in thinned]
+    variants.deselect(config, items, variants.left_out(items, EVENT_LOOPS, _item_uses_ray))
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("anyio_backend") == SLOW_LOOP:

@@ -66,7 +66,7 @@ def left_out(items: Sequence[pytest.Item], loops: dict[str, Any],
     for variants in _by_test(items):
         ray = [item for item in variants if uses_ray(item)]
         if ray and not variants[0].nodeid.startswith(RAY_OWN_TESTS):
-            out.extend(_ray_left_out(ray))
+            out.extend(_each_left_out(ray, BACKEND_PARAMETER))
             variants = [item for item in variants if not uses_ray(item)]
         if variants and all(LOOP_PARAMETER in item.callspec.params  # type: ignore[attr-defined]
                             for item in variants):
@@ -159,11 +159,6 @@ def _latin_left_out(variants: list[pytest.Item], assigned: str, name_of: Callabl
             for name, item in combos[key].items() if name != value]
 
 
-def _ray_left_out(ray: list[pytest.Item]) -> list[pytest.Item]:
-    """The Ray variants of one test left out."""
-    return _each_left_out(ray, BACKEND_PARAMETER)
-
-
 def _each_left_out(variants: list[pytest.Item], leaving: str) -> list[pytest.Item]:
     """The variants of one test left out when a few that meet each value of each parameter
     but ``leaving`` are kept (greedily: the variant meeting the most values not met yet
@@ -210,6 +205,15 @@ def _columns(keys: list[Key]) -> list[tuple[int, ...]]:
     return columns
 
 
+def deselect(config: pytest.Config, items: list[pytest.Item],
+             out: Sequence[pytest.Item]) -> None:
+    """Take ``out`` from ``items``, reported as deselected (counted in pytest's summary)."""
+    if out:
+        config.hook.pytest_deselected(items=list(out))
+        gone = {id(item) for item in out}
+        items[:] = [item for item in items if id(item) not in gone]
+
+
 class EachDesign:
     """The ``each`` design, as a plugin: it chooses among the variants ``-m`` and ``-k`` left
     (registered by tests/conftest.py)."""
@@ -217,7 +221,4 @@ class EachDesign:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        out = {id(item) for item in each_left_out(items)}
-        if out:
-            config.hook.pytest_deselected(items=[item for item in items if id(item) in out])
-            items[:] = [item for item in items if id(item) not in out]
+        deselect(config, items, each_left_out(items))
