@@ -14,7 +14,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytest
 
 from aiovec.testing import AsyncAdapter
 
@@ -73,6 +72,8 @@ def slow_on(backends: Sequence[str], *slow: str) -> list[Any]:
     """``backends`` for ``parametrize``, the variants on the ``slow`` ones marked ``slow``
     (long rollouts pay a worker round trip per step): the quick tier (``make check``) leaves
     them out, ``make unit`` runs them. Ray's variants are slow anyway (tests/conftest.py)."""
+    import pytest  # here, not above: worker processes import this module (tests.faults.envs)
+
     return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name
             for name in backends]
 

@@ -12,7 +12,6 @@ import anyio
 import anyio.to_thread
 import gymnasium as gym
 import numpy as np
-import pytest
 
 import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
@@ -200,6 +199,8 @@ async def close_while_a_step_hangs(envs: aiovec.AsyncVectorEnv, fifo: str,
     """Step ``envs`` in a task until a ``FifoStepEnv`` announces through ``fifo`` that it
     hangs, then close them: the step must end with the closing's error (or its worker's
     death), and the close must not wait for the hung sub-env."""
+    import pytest  # here, not above: worker processes import this module for its envs
+
     with anyio.fail_after(60):
         async with anyio.create_task_group() as group:
             async def step() -> None:

@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 #: Keep every Ray listener on 127.0.0.1 (these machines allow no other traffic), and no token
-#: authentication for a runtime that only this test session reaches.
-RAY_ENVIRONMENT = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+#: authentication for a runtime that only this test session reaches. Ray starts its workers
+#: (the actors' processes) at nice 15; beside the suite's other pytest-xdist workers, on a
+#: busy 2-core machine, that left an actor ~1 % of a core: a 300-step rollout took minutes
+#: and timed out. At nice 0 the actors take their share like every other test's processes.
+RAY_ENVIRONMENT = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
+                   "RAY_worker_niceness": "0"}
 #: Logical CPUs: actors hold one each by default, and tests give each sub-env its own actor.
 NUM_CPUS = 8
 #: A custom resource of the shared runtime, for the placement tests.
