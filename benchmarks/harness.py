@@ -352,12 +352,13 @@ def header(title: str, method: str, *, packages: Sequence[str] = (),
             *(f"- {line}" for line in more), ""]
 
 
-_NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+")
+#: A number as the reports write it ("4,516", "-0.5").
+NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+")
 
 
 def number(cell: str) -> float | None:
     """The first number in a table cell ("4,516", "83%", "1.71x", "**1.2x**"), or ``None``."""
-    match = _NUMBER.search(cell)
+    match = NUMBER.search(cell)
     return float(match.group().replace(",", "")) if match else None
 
 

@@ -2,13 +2,13 @@
 
 - The headline table: the real workloads over the runs of ``real_envs.py`` in ``RUNS``, held by
   README.md and the benchmarks guide (``docs/guide/benchmarks.md``) between ``BEGIN``/``END``.
-- The agentic table: the last full run of ``agentic.py`` (``results/agentic.md``), held by
-  README.md and the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
+- The agentic table: the full runs of ``agentic.py`` in ``AGENTIC_RUNS``, held by README.md and
+  the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
 
 Each document is written by this script from the same result files, and
 ``tests/test_headline_table.py`` checks that none differs from what it renders, so they can
-never disagree. After a new run of ``real_envs.py``, list its report in ``RUNS``; after a full
-run of ``agentic.py``, nothing to list; then::
+never disagree. After a new run of ``real_envs.py`` or ``agentic.py``, list its report in
+``RUNS`` or ``AGENTIC_RUNS``; then::
 
     .venv/bin/python benchmarks/headline.py           # rewrite both documents
     .venv/bin/python benchmarks/headline.py --check   # exit 1 if either is out of date
@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness import arguments, number, read_tables
+from harness import NUMBER, arguments, number, read_tables
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -34,6 +34,8 @@ BEGIN = "<!-- headline table: written by benchmarks/headline.py from benchmarks/
 END = "<!-- end of the headline table -->"
 
 AGENTIC = HERE / "results" / "agentic.md"
+#: The reports of full runs of ``agentic.py`` the agentic table spans, oldest first.
+AGENTIC_RUNS = [AGENTIC, *(HERE / "results" / f"agentic_run{n}.md" for n in (2, 3))]
 AGENTIC_DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "guide" / "agentic.md"]
 AGENTIC_BEGIN = ("<!-- agentic table: written by benchmarks/headline.py from "
                  "benchmarks/results/agentic.md -->")
@@ -63,6 +65,22 @@ def _span(values: Sequence[float], unit: str) -> str:
     """The range of one figure over the runs, written as the reports write it."""
     shown = [f"{v:.2f}" if unit == TIMES else f"{v:,.0f}" for v in (min(values), max(values))]
     return (shown[0] if shown[0] == shown[1] else DASH.join(shown)) + unit
+
+
+def _text_span(cells: Sequence[str]) -> str:
+    """The range of one figure over the runs, each end as its report writes it ("831.1",
+    "99%", "9.47 s"); the unit once where the ends share it."""
+    found = sorted((value, cell) for cell in cells if (value := number(cell)) is not None)
+    if not found:
+        return "\N{EM DASH}"
+    low, high = found[0][1], found[-1][1]
+    if low == high:
+        return low
+    low_number, high_number = (NUMBER.search(cell) for cell in (low, high))
+    if (low_number and high_number and low[low_number.end():] == high[high_number.end():]
+            and not low[:low_number.start()] and not high[:high_number.start()]):
+        return f"{low_number.group()}{DASH}{high}"
+    return f"{low}{DASH}{high}"
 
 
 def _bullets(report: str) -> list[str]:
@@ -109,32 +127,48 @@ def render(runs: Sequence[Path] = RUNS) -> str:
     return "\n".join([*lines, "", *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 
-def render_agentic(path: Path = AGENTIC) -> str:
-    """The agentic table: a row per variant and contender, X* per variant, the target checks
-    and the machine, from the report at ``path``."""
-    report = path.read_text()
+def render_agentic(runs: Sequence[Path] = AGENTIC_RUNS) -> str:
+    """The agentic table: a row per variant and contender (as the first run lists them), each
+    cell the range over ``runs``; X* per variant, each run's target checks and the machine."""
+    reports = [path.read_text() for path in runs]
+    sections = [{section.split(":", 1)[0]: section for section in report.split("\n## ")[1:]}
+                for report in reports]
     heading = "| variant (X*) | contender | " + " | ".join(AGENTIC_COLUMNS) + " |"
     lines = [heading, "|---|---|" + "---:|" * len(AGENTIC_COLUMNS)]
-    for section in report.split("\n## ")[1:]:
-        variant = section.split(":", 1)[0]
-        bound = next((line.split("(")[0].removeprefix("X* = ").strip()
-                      for line in section.splitlines() if line.startswith("X* = ")), None)
-        if bound is None:
+    for variant, section in sections[0].items():
+        bounds = [_bound(run[variant]) for run in sections if variant in run]
+        if bounds[0] is None:
             continue
+        bound = _text_span([found for found in bounds if found is not None])
+        tables = [read_tables(run[variant]) for run in sections if variant in run]
         for _, rows in read_tables(section).items():
             for row in rows:
-                cells = [row.get(column, "—") for column in AGENTIC_COLUMNS]
+                same = [other for table in tables for rows_of in table.values()
+                        for other in rows_of if other["contender"] == row["contender"]]
+                cells = [_text_span([other.get(column, "") for other in same])
+                         for column in AGENTIC_COLUMNS]
                 lines.append(f"| {variant} ({bound}) | {row['contender']} | "
                              + " | ".join(cells) + " |")
-    checks = report.split("## Target checks", 1)[1].split("```")[1].strip("\n")
+    checks = []
+    for number_of_run, (path, report) in enumerate(zip(runs, reports), start=1):
+        checks += [f"run {number_of_run} ({path.name}):",
+                   report.split("## Target checks", 1)[1].split("```")[1].strip("\n")]
+    names = ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
+                      for path in runs)
     caption = (
-        f"Medians of the interleaved repeats of one full run of `benchmarks/agentic.py` "
-        f"(`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`, which has every "
-        "column and the formulas of X*); spread = (max-min)/median of episodes/s. "
-        f"Machine: {_stated([report], 'machine')}. Software: {_stated([report], 'versions')}. "
-        f"Date: {_stated([report], 'date')}.")
-    return "\n".join([*lines, "", "```", checks, "```", "",
+        f"Each cell is the range over {len(runs)} full runs of `benchmarks/agentic.py` "
+        f"({names}, which have every column and the formulas of X*), each figure the median "
+        "of that run's interleaved repeats; spread = (max-min)/median of episodes/s within a "
+        f"run. Machine: {_stated(reports, 'machine')}. Software: "
+        f"{_stated(reports, 'versions')}. Dates: {_stated(reports, 'date')}.")
+    return "\n".join([*lines, "", "```", *checks, "```", "",
                       *textwrap.wrap(caption, 96, break_on_hyphens=False)])
+
+
+def _bound(section: str) -> str | None:
+    """A variant's X* as its report states it ("839.8")."""
+    return next((line.split("(")[0].removeprefix("X* = ").strip()
+                 for line in section.splitlines() if line.startswith("X* = ")), None)
 
 
 #: Each quoted table: its markers, how it is rendered, the documents that hold it.
