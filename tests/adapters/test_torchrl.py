@@ -83,6 +83,9 @@ def _parallel_member_sync() -> GymWrapper:
 
 
 @pytest.mark.slow
+# Four interpreters that TorchRL spawns, each importing PyTorch: 25-50 s here on a quiet
+# 2-core machine, 59 s in a loaded CI run; the suite's 120 s would leave too little margin.
+@pytest.mark.timeout(300)
 def test_a_parallel_env_of_aiovec_vector_envs_rolls_out_as_of_sync_ones() -> None:
     """TorchRL's own processes, each holding an aiovec vector env (``inline``: the sub-envs
     in that process), against the same of ``SyncVectorEnv``."""
