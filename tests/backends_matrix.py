@@ -14,7 +14,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-
 from aiovec.testing import AsyncAdapter
 
 #: The event loops, by test id: what anyio's pytest plugin takes as ``anyio_backend``.

@@ -59,6 +59,22 @@ def test_importing_aiovec_loads_no_backend() -> None:
     assert loaded == "[]"
 
 
+#: The modules whose envs the tests hand to worker processes and Ray actors: each one imports
+#: them to make its sub-envs.
+ENV_MODULES = ("aiovec.testing", "tests.envs", "tests.faults.envs", "tests.object_envs",
+               "tests.multiagent.envs", "tests.core.held")
+
+
+def test_modules_of_test_envs_do_not_import_pytest() -> None:
+    """In a fresh interpreter, as in a worker: importing pytest cost each worker ~0.14 s of
+    CPU, a tenth of the suite's (CONTRIBUTING.md, where the suite's time goes)."""
+    code = (f"import importlib, sys; [importlib.import_module(m) for m in {ENV_MODULES!r}]; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=PACKAGE.parent).stdout.strip()
+    assert loaded == "[]"
+
+
 def test_autoreset_is_written_once() -> None:
     """Only ``_backends/_autoreset.py`` decides when a sub-env resets on its own: no other
     backend module names the next-step or same-step mode."""
