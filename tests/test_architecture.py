@@ -67,7 +67,7 @@ ENV_MODULES = ("aiovec.testing", "tests.envs", "tests.faults.envs", "tests.objec
 
 def test_modules_of_test_envs_do_not_import_pytest() -> None:
     """In a fresh interpreter, as in a worker: importing pytest cost each worker ~0.14 s of
-    CPU, a tenth of the suite's (CONTRIBUTING.md, where the suite's time goes)."""
+    CPU (CONTRIBUTING.md, where the suite's time goes)."""
     code = (f"import importlib, sys; [importlib.import_module(m) for m in {ENV_MODULES!r}]; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
