@@ -2,7 +2,9 @@
 
 1. Start-up: seconds from construction to the first step's results (construct, reset, one
    step), then close, for CartPole-v1 at 8 and 32 sub-envs. Contenders: aiovec's process
-   backend with its default ``forkserver``, ``spawn`` and ``fork``; Gymnasium's ``AsyncVectorEnv``
+   backend with its default ``forkserver`` (the first vector env of a process, which starts
+   the zygote too, measured in a new interpreter; and a later one, whose fork server the
+   zygote forks), ``spawn`` and ``fork``; Gymnasium's ``AsyncVectorEnv``
    with ``fork`` (its default on Linux before Python 3.14) and ``forkserver``; SB3's
    ``SubprocVecEnv`` (``forkserver``, its default).
 2. Restart: the extra time of the vector step in which one worker dies (``os._exit``) and is
@@ -17,8 +19,10 @@ medians, printed and written to ``benchmarks/results/startup.md``.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +55,13 @@ def aiovec_first_step(start_method: str, num_envs: int) -> float:
     return anyio.run(main)
 
 
+def aiovec_first_in_a_process(num_envs: int) -> float:
+    """``aiovec_first_step`` in a new interpreter: its first vector env starts the zygote."""
+    finished = subprocess.run([sys.executable, __file__, "--first-in-a-process", str(num_envs)],
+                              capture_output=True, text=True, check=True)
+    return float(finished.stdout.split()[-1])
+
+
 def gymnasium_first_step(context: str, num_envs: int) -> float:
     started = time.perf_counter()
     envs = gym.vector.AsyncVectorEnv([make_cartpole] * num_envs, context=context)
@@ -77,6 +88,7 @@ def sb3_first_step(num_envs: int) -> float:
 
 
 CONTENDERS: dict[str, Callable[[int], float]] = {
+    "aiovec (forkserver, first in a process)": aiovec_first_in_a_process,
     "aiovec (forkserver)": functools.partial(aiovec_first_step, "forkserver"),
     "aiovec (spawn)": functools.partial(aiovec_first_step, "spawn"),
     "aiovec (fork)": functools.partial(aiovec_first_step, "fork"),
@@ -109,7 +121,11 @@ def restart_step(start_method: str, num_envs: int = 16) -> float:
 
 def main() -> None:
     parser = arguments(__doc__, repeats=5)
+    parser.add_argument("--first-in-a-process", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.first_in_a_process:  # one measurement, for aiovec_first_in_a_process
+        print(aiovec_first_step("forkserver", args.first_in_a_process))
+        return
     cells = [(name, size) for size in SIZES for name in CONTENDERS]
     cells += [(f"restart ({method})", 16) for method in ("forkserver", "spawn")]
     results: dict[tuple[str, int], list[float]] = {cell: [] for cell in cells}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 import time
 from typing import Any
@@ -96,6 +97,26 @@ class PidEnv(CountingEnv):
     @property
     def pid(self) -> int:
         return os.getpid()
+
+
+class SurroundingsEnv(PidEnv):
+    """Reports what its process inherited: working directory and environment; writes to its
+    standard error on request."""
+
+    @property
+    def cwd(self) -> str:
+        return os.getcwd()
+
+    def variable(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def global_random(self) -> float:
+        """A draw from NumPy's legacy global generator (which envs should not use, and do)."""
+        return float(np.random.random())
+
+    def complain(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 async def worker_pids(envs: aiovec.AsyncVectorEnv) -> list[int]:

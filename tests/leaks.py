@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from aiovec._backends._process import _zygote
 from aiovec._backends._readable import readable
 
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
@@ -16,6 +17,8 @@ from aiovec._backends._readable import readable
 FORK_SERVER_MARKER = b"aiovec-forkserver"
 #: In the command line of every spawned worker.
 WORKER_MODULE = b"aiovec._backends._process._worker"
+#: In the command line of a zygote, and so of every fork server and worker forked below it.
+ZYGOTE_MODULE = b"aiovec._backends._process._zygote"
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -29,6 +32,17 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def fork_servers_parent() -> int:
+    """The process this one's fork servers are children of: its zygote, or itself (zygote
+    off)."""
+    zygote = _zygote.running()
+    return os.getpid() if zygote is None else zygote[0]
+
+
+def command_line(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def _processes() -> Iterator[tuple[int, int, list[bytes]]]:
@@ -53,19 +67,28 @@ def _forked_for(arguments: list[bytes]) -> int | None:
 
 
 def child_pids() -> set[int]:
-    """Processes this test process started: its children, and the workers its fork servers
-    forked (even once orphaned)."""
+    """Processes this test process started: its children, and the fork servers and workers
+    forked for it (even once orphaned); not its zygote, which lives as long as it does."""
     me = os.getpid()
+    zygote = _zygote.running()
     return {pid for pid, ppid, arguments in _processes()
-            if ppid == me or _forked_for(arguments) == me}
+            if (ppid == me or _forked_for(arguments) == me)
+            and (zygote is None or pid != zygote[0])}
 
 
 def worker_processes_of(parent: int) -> set[int]:
     """aiovec's worker processes started for ``parent``: spawned, or forked by its fork
-    servers (which are not workers themselves)."""
-    return {pid for pid, ppid, arguments in _processes()
+    servers (which are not workers themselves, nor is the zygote that forks them, nor are
+    the servers it forked)."""
+    processes = list(_processes())
+    zygotes = {pid for pid, ppid, arguments in processes
+               if ppid == parent and _forked_for(arguments) == parent
+               and any(ZYGOTE_MODULE in argument for argument in arguments)}
+    return {pid for pid, ppid, arguments in processes
             if (ppid == parent and any(WORKER_MODULE in argument for argument in arguments))
-            or (_forked_for(arguments) == parent and ppid != parent)}
+            or (_forked_for(arguments) == parent and ppid != parent and ppid not in zygotes)}
+
+
 
 
 def descendants(pid: int) -> set[int]:
@@ -81,6 +104,13 @@ def descendants(pid: int) -> set[int]:
 
 def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
+
+
+def zygote_fds() -> set[str]:
+    """The descriptor this process holds for its zygote, if one runs (not a leak; a test
+    that replaced the zygote may see the old one's number reused)."""
+    zygote = _zygote.running()
+    return set() if zygote is None else {str(zygote[1])}
 
 
 #: The name aiovec gives each batch's anonymous shared memory file

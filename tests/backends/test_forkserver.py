@@ -20,7 +20,13 @@ import pytest
 import aiovec
 from aiovec._backends._process import _backend as _process
 from tests.envs import PidEnv, worker_pids
-from tests.leaks import FORK_SERVER_MARKER, WORKER_MODULE, parent_pid, wait_for_exit
+from tests.leaks import (
+    FORK_SERVER_MARKER,
+    WORKER_MODULE,
+    fork_servers_parent,
+    parent_pid,
+    wait_for_exit,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +47,7 @@ async def test_one_server_forks_every_worker_and_close_reaps_it(no_leaks: None) 
         servers = {parent_pid(pid) for pid in workers}
         assert len(servers) == 1
         (server,) = servers
-        assert parent_pid(server) == os.getpid()
+        assert parent_pid(server) == fork_servers_parent()
         marker = command_line(server).index(FORK_SERVER_MARKER)
         assert command_line(server)[marker + 1] == str(os.getpid()).encode()
         obs, *_ = await envs.step(np.ones(4, np.int64))
@@ -56,7 +62,7 @@ async def test_spawn_starts_fresh_interpreters_under_the_server(no_leaks: None) 
         await envs.reset(seed=0)
         workers = await worker_pids(envs)
         servers = {parent_pid(pid) for pid in workers}
-        assert len(servers) == 1 and parent_pid(servers.pop()) == os.getpid()
+        assert len(servers) == 1 and parent_pid(servers.pop()) == fork_servers_parent()
         for pid in workers:
             arguments = command_line(pid)
             assert WORKER_MODULE in b" ".join(arguments)
@@ -82,7 +88,7 @@ async def test_a_killed_server_takes_its_workers_and_is_replaced(no_leaks: None)
         new_workers = await worker_pids(envs)
         assert not set(new_workers) & set(workers)
         new_server = parent_pid(new_workers[0])
-        assert new_server != server and parent_pid(new_server) == os.getpid()
+        assert new_server != server and parent_pid(new_server) == fork_servers_parent()
         obs, *_ = await envs.step(np.ones(2, np.int64))
         assert obs[:, 0].tolist() == [1, 1]  # new instances
     assert wait_for_exit([new_server, *new_workers], 10) == []
@@ -94,6 +100,7 @@ async def test_a_fork_server_that_cannot_start_fails_the_start_cleanly(
     leaves nothing behind."""
     from aiovec._backends._process import _forkserver
 
+    monkeypatch.setenv("AIOVEC_ZYGOTE", "0")  # the server started as an interpreter
     monkeypatch.setattr(_forkserver, "python_command",
                         lambda *_: [sys.executable, "-c", "import sys; sys.exit(5)"])
     envs = aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2)

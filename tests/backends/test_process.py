@@ -165,6 +165,8 @@ def test_workers_die_with_a_sigkilled_parent() -> None:
         assert len(workers) == 2
         fork_servers = {parent_pid(pid) for pid in workers} - {parent.pid}
         assert len(fork_servers) == 1  # the default start method
+        zygotes = {parent_pid(server) for server in fork_servers} - {parent.pid}
+        assert len(zygotes) == 1  # forked from the zygote (on by default)
         blocks = [mapped_blocks(pid) for pid in [parent.pid, *workers]]
         assert len(blocks[0]) == 1 and blocks == [blocks[0]] * 3, blocks
         for pid in [parent.pid, *workers]:
@@ -174,6 +176,7 @@ def test_workers_die_with_a_sigkilled_parent() -> None:
         parent.wait(timeout=30)
         assert wait_for_exit(workers, 10.0) == [], "workers outlived their parent"
         assert wait_for_exit(sorted(fork_servers), 10.0) == [], "the fork server outlived it"
+        assert wait_for_exit(sorted(zygotes), 10.0) == [], "the zygote outlived it"
     finally:
         parent.kill()
         parent.wait()

@@ -37,12 +37,13 @@ from typing import Any, NoReturn
 
 from aiovec._backends._children import EXIT_STATUS, Child, python_command
 from aiovec._backends._cleanup_channel import CleanupLedger, Pending, run_orphaned
+from aiovec._backends._process import _zygote
 from aiovec._backends._process_tree import become_subreaper, end_tree, owner_of
 
 __all__ = ["ForkServer", "available"]
 
 #: Marks the server, and every worker it forks, in ``/proc/<pid>/cmdline``.
-MARKER = "aiovec-forkserver"
+MARKER = _zygote.MARKER
 _PID = struct.Struct("q")
 #: Seconds a fork server that closed its end of the control socket gets to exit (it ends
 #: whatever is left below it first: SIGTERM, a grace, SIGKILL).
@@ -64,15 +65,19 @@ class ForkServer:
         control, remote = socket.socketpair()
         try:
             with remote:
-                popen = subprocess.Popen(
-                    python_command(__name__, MARKER, str(os.getpid()), str(remote.fileno()),
-                                   str(lifeline)),
-                    pass_fds=(remote.fileno(), lifeline), start_new_session=True,
-                )
+                forked = _zygote.fork_server(remote.fileno(), lifeline)
+                if forked is not None:
+                    self.process = forked
+                else:
+                    popen = subprocess.Popen(
+                        python_command(__name__, MARKER, str(os.getpid()),
+                                       str(remote.fileno()), str(lifeline)),
+                        pass_fds=(remote.fileno(), lifeline), start_new_session=True,
+                    )
+                    self.process = Child(popen.pid, popen)
         except BaseException:
             control.close()
             raise
-        self.process = Child(popen.pid, popen)
         self._control = control
         self._lock = threading.Lock()  # one request at a time (starts and restarts overlap)
 
@@ -247,8 +252,14 @@ def _start_worker(request: bytes, child_end: int, lifeline: int, channel: int,
             command = python_command("aiovec._backends._process._worker", *marker,
                                      str(child_end), str(lifeline), str(channel))
             os.execv(command[0], command)
+        import numpy as np
+
         from aiovec._backends._process._worker import worker_main
 
+        # Every worker forked here (and every server forked by the zygote) would share one
+        # legacy global NumPy state: reseeded from the OS, as a fresh interpreter's is.
+        # (Python's ``random`` reseeds itself after a fork.)
+        np.random.seed()
         worker_main(socket.socket(fileno=child_end), lifeline, channel)
         code = 0
     except SystemExit as request_to_exit:  # sys.exit(...) in a sub-env: its status, as in spawn

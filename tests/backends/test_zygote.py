@@ -1,0 +1,127 @@
+"""The zygote: one pre-loaded interpreter per process that forks every fork server.
+
+Each server it forks must be what a started one is (the caller's environment, working
+directory and standard streams of the moment); it is replaced when the caller's context
+changes or it dies, its servers do not depend on it, and without it (``AIOVEC_ZYGOTE=0``, or
+a zygote that cannot start) each server is started as a fresh interpreter, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aiovec
+from aiovec._backends._process import _zygote
+from tests.envs import PidEnv, SurroundingsEnv, worker_pids
+from tests.leaks import ZYGOTE_MODULE, command_line, parent_pid, wait_for_exit
+
+pytestmark = pytest.mark.anyio
+
+
+def running_zygote() -> int:
+    running = _zygote.running()
+    assert running is not None, "no zygote runs"
+    return running[0]
+
+
+async def server_of(envs: aiovec.AsyncVectorEnv) -> int:
+    servers = {parent_pid(pid) for pid in await worker_pids(envs)}
+    assert len(servers) == 1
+    return servers.pop()
+
+
+async def test_every_fork_server_is_forked_from_one_zygote(no_leaks: None) -> None:
+    """Two vector envs, one open while the other starts: both servers are children of the
+    same zygote, a child of this process that outlives them both."""
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as first:
+        await first.reset(seed=0)
+        async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as second:
+            await second.reset(seed=0)
+            servers = [await server_of(first), await server_of(second)]
+            assert servers[0] != servers[1]
+            zygote = running_zygote()
+            assert [parent_pid(server) for server in servers] == [zygote, zygote]
+            assert parent_pid(zygote) == os.getpid()
+            assert ZYGOTE_MODULE in command_line(zygote)
+    assert wait_for_exit(servers, 10) == []
+    assert running_zygote() == zygote
+
+
+async def test_a_forked_server_runs_in_the_callers_surroundings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        no_leaks: None) -> None:
+    """A zygote started before the caller changed directory, its environment or its
+    standard error: the server forked now has the new ones, as a server started now would.
+    A changed environment gets a new zygote; a changed directory does not need one."""
+    async with aiovec.AsyncVectorEnv([PidEnv], backend="process") as envs:
+        await envs.reset(seed=0)  # a zygote runs
+    before = running_zygote()
+    monkeypatch.chdir(tmp_path)
+    async with aiovec.AsyncVectorEnv([SurroundingsEnv], backend="process") as envs:
+        assert await envs.get_attr("cwd") == (str(tmp_path),)
+        assert running_zygote() == before
+        assert await envs.call("variable", "PYTEST_CURRENT_TEST") == (
+            os.environ["PYTEST_CURRENT_TEST"],)
+        text = f"said in the worker {uuid.uuid4()}\n"
+        await envs.call("complain", text)
+        assert text in capfd.readouterr().err  # this test's stderr, not the zygote's
+    value = str(uuid.uuid4())
+    monkeypatch.setenv("AIOVEC_ZYGOTE_TEST_VALUE", value)
+    async with aiovec.AsyncVectorEnv([SurroundingsEnv], backend="process") as envs:
+        assert await envs.call("variable", "AIOVEC_ZYGOTE_TEST_VALUE") == (value,)
+        assert running_zygote() != before
+        assert parent_pid(await server_of(envs)) == running_zygote()
+    assert wait_for_exit([before], 10) == []  # the one it replaced was reaped
+
+
+async def test_a_killed_zygote_leaves_its_servers_and_is_replaced(no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as envs:
+        await envs.reset(seed=0)
+        zygote = running_zygote()
+        os.kill(zygote, signal.SIGKILL)
+        assert wait_for_exit([zygote], 10) == []
+        obs, *_ = await envs.step(np.ones(2, np.int64))  # its server and workers live on
+        assert obs[:, 0].tolist() == [1, 1]
+        async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as later:
+            await later.reset(seed=0)
+            assert parent_pid(await server_of(later)) == running_zygote() != zygote
+
+
+async def test_a_zygote_that_cannot_start_leaves_servers_to_start_themselves(
+        monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """A zygote that exits at once (a broken bootstrap): the server is started as a fresh
+    interpreter, and the vector env works as ever."""
+    monkeypatch.setattr(_zygote, "python_command",
+                        lambda *_: ["/bin/sh", "-c", "exit 5"])
+    monkeypatch.setenv("AIOVEC_ZYGOTE_TEST_VALUE", "a new context: a new zygote")
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as envs:
+        await envs.reset(seed=0)
+        assert parent_pid(await server_of(envs)) == os.getpid()
+        assert _zygote.running() is None
+        obs, *_ = await envs.step(np.ones(2, np.int64))
+        assert obs[:, 0].tolist() == [1, 1]
+
+
+async def test_with_the_zygote_off_each_server_is_started(
+        monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    monkeypatch.setenv("AIOVEC_ZYGOTE", "0")
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as envs:
+        await envs.reset(seed=0)
+        assert parent_pid(await server_of(envs)) == os.getpid()
+
+
+async def test_forked_workers_do_not_share_numpys_global_random_state(no_leaks: None) -> None:
+    """Forked from one zygote, through two servers, four workers draw four different numbers
+    from NumPy's legacy global generator, as fresh interpreters would."""
+    async with aiovec.AsyncVectorEnv([SurroundingsEnv] * 2, backend="process",
+                                     num_workers=2) as first, \
+            aiovec.AsyncVectorEnv([SurroundingsEnv] * 2, backend="process",
+                                  num_workers=2) as second:
+        draws = [*await first.call("global_random"), *await second.call("global_random")]
+    assert len(set(draws)) == 4, draws
