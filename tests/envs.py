@@ -107,6 +107,11 @@ class SurroundingsEnv(PidEnv):
     def cwd(self) -> str:
         return os.getcwd()
 
+    @property
+    def umask(self) -> str:
+        with open("/proc/self/status") as status:
+            return next(line.split()[1] for line in status if line.startswith("Umask:"))
+
     def variable(self, name: str) -> str | None:
         return os.environ.get(name)
 

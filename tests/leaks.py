@@ -46,15 +46,17 @@ def command_line(pid: int) -> bytes:
 
 
 def _processes() -> Iterator[tuple[int, int, list[bytes]]]:
-    """Every process on this machine: pid, parent pid, command line."""
+    """Every living process on this machine (not zombies: exited, waiting to be reaped):
+    pid, parent pid, command line."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
                 arguments = (entry / "cmdline").read_bytes().split(b"\0")
             except (OSError, ValueError, IndexError):
                 continue
-            yield int(entry.name), ppid, arguments
+            if state not in "ZX":
+                yield int(entry.name), int(parent), arguments
 
 
 def _forked_for(arguments: list[bytes]) -> int | None:

@@ -125,3 +125,55 @@ async def test_forked_workers_do_not_share_numpys_global_random_state(no_leaks: 
                                   num_workers=2) as second:
         draws = [*await first.call("global_random"), *await second.call("global_random")]
     assert len(set(draws)) == 4, draws
+
+
+async def test_what_a_started_server_inherits_gets_a_zygote_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """A umask set, an environment too large for one message, a working directory renamed
+    after the caller entered it: each server gets what a started one would have, still
+    forked from a zygote (not started as an interpreter)."""
+    async with aiovec.AsyncVectorEnv([PidEnv], backend="process") as envs:
+        await envs.reset(seed=0)
+    before = running_zygote()
+    previous = os.umask(0o027)
+    try:
+        async with aiovec.AsyncVectorEnv([SurroundingsEnv], backend="process") as envs:
+            assert await envs.get_attr("umask") == ("0027",)
+            assert parent_pid(await server_of(envs)) == running_zygote() != before
+    finally:
+        os.umask(previous)
+    large = "x" * 100_000  # three of them: more than one datagram of the zygote's socket
+    for name in ("AIOVEC_ZYGOTE_TEST_VALUE", "AIOVEC_ZYGOTE_TEST_1", "AIOVEC_ZYGOTE_TEST_2"):
+        monkeypatch.setenv(name, large)  # (each under the kernel's limit for one variable)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    (tmp_path / "here").rename(tmp_path / "there")
+    async with aiovec.AsyncVectorEnv([SurroundingsEnv], backend="process") as envs:
+        assert await envs.call("variable", "AIOVEC_ZYGOTE_TEST_VALUE") == (large,)
+        assert await envs.get_attr("cwd") == (str(tmp_path / "there"),)
+        assert parent_pid(await server_of(envs)) == running_zygote()
+
+
+async def test_a_replaced_zygote_serves_its_servers_to_the_end(
+        monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """Replaced while a vector env of its own is open, a zygote still relays that env's
+    server's exit status, and exits with it."""
+    envs = aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process", num_workers=2)
+    async with envs:
+        await envs.reset(seed=0)
+        old = running_zygote()
+        monkeypatch.setenv("AIOVEC_ZYGOTE_TEST_VALUE", str(uuid.uuid4()))
+        async with aiovec.AsyncVectorEnv([PidEnv], backend="process") as later:
+            await later.reset(seed=0)
+            assert running_zygote() != old
+        assert wait_for_exit([old], 0.5) == [old]  # its server still runs
+        workers = await worker_pids(envs)
+        server = await server_of(envs)
+        os.kill(server, signal.SIGKILL)  # workers whose server dies exit with it
+        assert wait_for_exit([server, *workers], 10) == []
+        with pytest.raises(aiovec.WorkerDiedError):
+            await envs.step(np.ones(2, np.int64))
+        handle = envs._backend._fork_server.process  # the old zygote relays its status:
+        assert await handle.wait(10) == -signal.SIGKILL and handle.describe_exit() == (
+            "killed by SIGKILL")
+    assert wait_for_exit([server, old], 10) == []

@@ -66,18 +66,25 @@ class ForkServer:
         try:
             with remote:
                 forked = _zygote.fork_server(remote.fileno(), lifeline)
-                if forked is not None:
-                    self.process = forked
-                else:
+        except BaseException:
+            control.close()
+            raise
+        if forked is not None:
+            self.process = forked
+        else:  # started as an interpreter, on a new socket: the zygote may have left a server
+            control.close()  # on the old one, which exits now
+            control, remote = socket.socketpair()
+            try:
+                with remote:
                     popen = subprocess.Popen(
                         python_command(__name__, MARKER, str(os.getpid()),
                                        str(remote.fileno()), str(lifeline)),
                         pass_fds=(remote.fileno(), lifeline), start_new_session=True,
                     )
-                    self.process = Child(popen.pid, popen)
-        except BaseException:
-            control.close()
-            raise
+            except BaseException:
+                control.close()
+                raise
+            self.process = Child(popen.pid, popen)
         self._control = control
         self._lock = threading.Lock()  # one request at a time (starts and restarts overlap)
 
@@ -119,6 +126,7 @@ class ForkServer:
             self.process.signal(signal.SIGKILL)
             await self.process.wait(timeout)
         self.process.close()
+        _zygote.reap_retired()  # a replaced zygote exits with its last server
 
     def stop_blocking(self, timeout: float) -> None:
         """``stop`` for callers off the event loop (start-up failures, restarts, close_nowait)."""
@@ -127,6 +135,7 @@ class ForkServer:
             self.process.signal(signal.SIGKILL)
             self.process.wait_blocking(timeout)
         self.process.close()
+        _zygote.reap_retired()
 
 
 # ---------------------------------------------------------------------- in the server
