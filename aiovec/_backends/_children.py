@@ -28,7 +28,8 @@ import anyio.to_thread
 
 from aiovec._backends._readable import readable
 
-__all__ = ["EXIT_STATUS", "START_METHODS", "Child", "python_command", "start_child"]
+__all__ = ["EXIT_STATUS", "STARTED", "START_METHODS", "Child", "python_command", "start_child",
+           "started_child"]
 
 START_METHODS = ("spawn", "fork", "forkserver")
 #: How a fork server relays a worker's exit status, how many processes it had left behind
@@ -36,6 +37,9 @@ START_METHODS = ("spawn", "fork", "forkserver")
 EXIT_STATUS = struct.Struct("iiii")
 #: The exit status of a worker whose fork server died before relaying it.
 _UNKNOWN_STATUS = 255
+#: How a supervisor (a fork server, the zygote) answers a request to start a process: its
+#: pid, with its pidfd alongside, or minus the errno of a fork that failed.
+STARTED = struct.Struct("q")
 
 
 def python_command(module: str, *arguments: str) -> list[str]:
@@ -186,6 +190,17 @@ class Child:
             with contextlib.suppress(ValueError):
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit code {code}"
+
+
+def started_child(answer: bytes, fds: list[int], status: socket.socket,
+                  supervisor: str) -> Child:
+    """The process a supervisor started, from its ``answer`` (``STARTED``) and the pidfd in
+    ``fds``; its exit status is relayed over ``status``."""
+    (pid,) = STARTED.unpack(answer)
+    if pid < 0:
+        raise OSError(-pid, f"{supervisor} could not fork: {os.strerror(-pid)}")
+    status.setblocking(False)  # read from the event loop's thread, only once readable
+    return Child(pid, None, pidfd=fds[0], status=status)
 
 
 def start_child(method: str, child_end: socket.socket, lifeline: int) -> Child:

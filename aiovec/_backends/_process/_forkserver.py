@@ -27,7 +27,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -35,7 +34,13 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from aiovec._backends._children import EXIT_STATUS, Child, python_command
+from aiovec._backends._children import (
+    EXIT_STATUS,
+    STARTED,
+    Child,
+    python_command,
+    started_child,
+)
 from aiovec._backends._cleanup_channel import CleanupLedger, Pending, run_orphaned
 from aiovec._backends._process import _zygote
 from aiovec._backends._process_tree import become_subreaper, end_tree, owner_of
@@ -44,7 +49,6 @@ __all__ = ["ForkServer", "available"]
 
 #: Marks the server, and every worker it forks, in ``/proc/<pid>/cmdline``.
 MARKER = _zygote.MARKER
-_PID = struct.Struct("q")
 #: Seconds a fork server that closed its end of the control socket gets to exit (it ends
 #: whatever is left below it first: SIGTERM, a grace, SIGKILL).
 _EXIT_WAIT = 5.0
@@ -97,21 +101,17 @@ class ForkServer:
                 try:
                     socket.send_fds(self._control, [_REQUESTS[method]],
                                     [child_end.fileno(), remote.fileno()])
-                    message, fds, _, _ = socket.recv_fds(self._control, _PID.size, 1)
+                    message, fds, _, _ = socket.recv_fds(self._control, STARTED.size, 1)
                 except (BrokenPipeError, ConnectionResetError):
                     message, fds = b"", []
-            if len(message) != _PID.size:
+            if len(message) != STARTED.size:
                 self.process.wait_blocking(_EXIT_WAIT)  # closed its end: it is exiting
                 raise ChildProcessError(f"the fork server (pid {self.process.pid}) is gone: "
                                         f"{self.process.describe_exit()}")
-            (pid,) = _PID.unpack(message)
-            if pid < 0:
-                raise OSError(-pid, f"the fork server could not fork: {os.strerror(-pid)}")
+            return started_child(message, fds, status, "the fork server")
         except BaseException:
             status.close()
             raise
-        status.setblocking(False)  # read from the event loop's thread, only once readable
-        return Child(pid, None, pidfd=fds[0], status=status)
 
     def _ask_to_exit(self) -> None:
         """It exits at once: ask after its workers are gone, whose exit statuses it relays."""
@@ -187,7 +187,7 @@ class _Supervisor:
         except OSError as error:  # out of processes or memory: the parent raises it
             os.close(status)
             channel.close()
-            self.control.sendall(_PID.pack(-(error.errno or 1)))
+            self.control.sendall(STARTED.pack(-(error.errno or 1)))
             return
         finally:
             os.close(child_end)
@@ -196,7 +196,7 @@ class _Supervisor:
         self.workers[pid] = worker
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._worker_died)
         self.selector.register(channel, selectors.EVENT_READ, self._cleanups_sent)
-        socket.send_fds(self.control, [_PID.pack(pid)], [worker.pidfd])
+        socket.send_fds(self.control, [STARTED.pack(pid)], [worker.pidfd])
 
     def _cleanups_sent(self, channel: Any) -> None:
         ledger = next(worker.cleanups for worker in self.workers.values()

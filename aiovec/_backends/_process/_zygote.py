@@ -28,7 +28,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -37,7 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from aiovec._backends._children import EXIT_STATUS, Child, python_command
+from aiovec._backends._children import (
+    EXIT_STATUS,
+    STARTED,
+    Child,
+    python_command,
+    started_child,
+)
 
 try:
     import resource
@@ -52,7 +57,6 @@ MARKER = "aiovec-forkserver"
 #: Environment variables a zygote may differ in: pytest rewrites this one around every test
 #: phase, and no import reads it. Their values travel with each request.
 _VOLATILE = ("PYTEST_CURRENT_TEST",)
-_PID = struct.Struct("q")
 #: Seconds the caller waits for a zygote's answer (the first one waits for its imports).
 _REPLY_TIMEOUT = 120.0
 #: Descriptors handed over with each request, before the caller's standard streams.
@@ -123,10 +127,10 @@ class _Zygote:
                 finally:
                     os.close(directory)
                 try:
-                    message, fds, _, _ = socket.recv_fds(self.control, _PID.size, 1)
+                    message, fds, _, _ = socket.recv_fds(self.control, STARTED.size, 1)
                 except OSError:  # reset, or no answer in time: treated as gone
                     message, fds = b"", []
-            if len(message) != _PID.size:
+            if len(message) != STARTED.size:
                 # Gone (or hung) after it got the request. It may have forked a server first:
                 # that one exits once the caller closes the server's socket, which it then
                 # does (``ForkServer`` starts its replacement on a new one).
@@ -136,14 +140,10 @@ class _Zygote:
                 self.gone = True
                 status.close()
                 return None
-            (pid,) = _PID.unpack(message)
-            if pid < 0:
-                raise OSError(-pid, f"the zygote could not fork a server: {os.strerror(-pid)}")
+            return started_child(message, fds, status, "the zygote")
         except BaseException:
             status.close()
             raise
-        status.setblocking(False)  # read from the event loop's thread, only once readable
-        return Child(pid, None, pidfd=fds[0], status=status)
 
     def retire(self) -> None:
         """Close its socket: it takes no more requests, and exits once its servers have
@@ -302,7 +302,7 @@ def main(argv: list[str]) -> NoReturn:
                 pidfd = _pidfd_of(pid)
             except OSError as error:  # out of processes, memory or descriptors
                 os.close(status)
-                control.sendall(_PID.pack(-(error.errno or 1)))
+                control.sendall(STARTED.pack(-(error.errno or 1)))
                 continue
             finally:
                 for fd in fds:
@@ -310,7 +310,7 @@ def main(argv: list[str]) -> NoReturn:
                         os.close(fd)
             servers[pidfd] = (pid, status)
             selector.register(pidfd, selectors.EVENT_READ)
-            socket.send_fds(control, [_PID.pack(pid)], [pidfd])
+            socket.send_fds(control, [STARTED.pack(pid)], [pidfd])
         if control.fileno() == -1 and not servers:  # closed, and every server reaped
             os._exit(0)
 
