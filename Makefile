@@ -72,7 +72,8 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 # Every variant (AIOVEC_VARIANTS=full) but uvloop's (slow): the pairwise design would leave
 # out the combinations it gave uvloop (tests/variants.py).
 PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_ready.py \
-	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/faults tests/shim
+	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/core/test_limits.py \
+	tests/faults tests/shim
 
 # Each run leaves every test's duration in build/junit-*.xml (where the suite's time goes).
 unit: $(STAMP)

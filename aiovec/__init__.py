@@ -11,6 +11,7 @@ from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
 from aiovec._exceptions import ClosedError as ClosedError
 from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
+from aiovec._exceptions import LimitError as LimitError
 from aiovec._exceptions import NothingSentError as NothingSentError
 from aiovec._exceptions import NotStartedError as NotStartedError
 from aiovec._exceptions import RemoteError as RemoteError
@@ -30,6 +31,10 @@ if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._core._statistics import LatencySummary as LatencySummary
     from aiovec._core._statistics import Statistics as Statistics
     from aiovec._core._vector_env import AsyncVectorEnv as AsyncVectorEnv
+    from aiovec._limits._limit import Limit as Limit
+    from aiovec._limits._limit import LimitUsage as LimitUsage
+    from aiovec._limits._take import LimitHold as LimitHold
+    from aiovec._limits._take import limit as limit
     from aiovec._make import make_async_vec as make_async_vec
     from aiovec._make import make_vec as make_vec
     from aiovec._make import register_envs as register_envs
@@ -49,6 +54,10 @@ __all__ = (
     "ClosedError",
     "EnvTimeoutError",
     "LatencySummary",
+    "Limit",
+    "LimitError",
+    "LimitHold",
+    "LimitUsage",
     "NotStartedError",
     "NothingSentError",
     "ObjectSpace",
@@ -65,6 +74,7 @@ __all__ = (
     "SubEnvErrorGroup",
     "VectorEnv",
     "WorkerDiedError",
+    "limit",
     "make_async_vec",
     "make_vec",
     "register_cleanup",
@@ -82,6 +92,10 @@ _LAZY = {
     "LatencySummary": "aiovec._core._statistics",
     "Statistics": "aiovec._core._statistics",
     "AsyncVectorEnv": "aiovec._core._vector_env",
+    "Limit": "aiovec._limits._limit",
+    "LimitUsage": "aiovec._limits._limit",
+    "LimitHold": "aiovec._limits._take",
+    "limit": "aiovec._limits._take",
     "make_async_vec": "aiovec._make",
     "make_vec": "aiovec._make",
     "register_envs": "aiovec._make",

@@ -13,6 +13,7 @@ The tree, and who caused each error::
     ├── SerializationError           a sub-env's result or exception could not be pickled
     ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
     ├── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
+    ├── LimitError                   a sub-env took a limit its vector env does not declare
     └── RemoteError                  a served session's server refused or failed a request
         └── ServerGoneError          the server closed the connection or cannot be reached
 
@@ -44,6 +45,7 @@ __all__ = [
     "BusyError",
     "ClosedError",
     "EnvTimeoutError",
+    "LimitError",
     "NotStartedError",
     "NothingSentError",
     "RemoteError",
@@ -77,6 +79,12 @@ class BusyError(AiovecError):
 
 class NothingSentError(AiovecError):
     """``recv`` has nothing to wait for: no sub-env was sent an action (``send`` first)."""
+
+
+class LimitError(AiovecError):
+    """A sub-env's code took a named limit (``aiovec.limit``) its vector env does not declare
+    in ``limits=``, or one it could not wait for (the inline backend). Raised in the sub-env,
+    it is that sub-env's failure."""
 
 
 class ResetNeededError(AiovecError, _GymResetNeeded):

@@ -38,6 +38,8 @@ from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
 from aiovec._core._requests import NO_REPLY, CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
+from aiovec._limits._shared import SharedLimits
+from aiovec._limits._take import bind
 
 __all__ = ["AsyncBackend"]
 
@@ -268,8 +270,8 @@ class AsyncBackend(Backend):
     _hosts: _Hosts
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits)
         self.max_concurrency = max_concurrency
         self._running = 0
         #: Slots whose next request waits for a free permit, first come first served.
@@ -343,6 +345,8 @@ class AsyncBackend(Backend):
         """
         park, cancelled = self._hosts.park, self._cancelled
         step_op, perf_counter = Op.STEP, time.perf_counter
+        if self.limits is not None:  # in the host's own context: its sub-env's calls take here
+            bind(self.limits.local_taker())
         try:
             while True:
                 if not slot.turn:

@@ -18,6 +18,8 @@ from aiovec._backends._slot import EnvSlot
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._requests import Op, Remade
 from aiovec._core._statistics import LatencyLog
+from aiovec._limits._shared import SharedLimits
+from aiovec._limits._take import Taker, bound
 
 __all__ = ["InlineBackend"]
 
@@ -25,13 +27,15 @@ __all__ = ["InlineBackend"]
 class _InlinePending(Pending):
     """Runs the request on the sub-envs when first awaited."""
 
-    __slots__ = ("_payloads", "_slots", "skipped", "started")
+    __slots__ = ("_payloads", "_slots", "_taker", "skipped", "started")
 
     def __init__(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
-                 slots: list[EnvSlot], arrivals: Arrivals | None = None) -> None:
+                 slots: list[EnvSlot], arrivals: Arrivals | None = None,
+                 taker: Taker | None = None) -> None:
         super().__init__(op, env_indices, arrivals)
         self._payloads = payloads
         self._slots = slots
+        self._taker = taker
         self.started = False
         #: Sub-envs given up on before the request ran (a first-ready deadline): not run.
         self.skipped: set[int] = set()
@@ -46,6 +50,13 @@ class _InlinePending(Pending):
         if self.started:
             return
         self.started = True
+        if self._taker is None:
+            self._run()
+        else:  # the sub-envs' aiovec.limit takes from the vector env's limits
+            with bound(self._taker):
+                self._run()
+
+    def _run(self) -> None:
         slots, op, replies, arrivals = self._slots, self.op, self.replies, self.arrivals
         for position, (env_index, payload) in enumerate(zip(self.env_indices, self._payloads)):
             if env_index in self.skipped:
@@ -63,10 +74,12 @@ class InlineBackend(Backend):
     in_process: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
         # One sub-env at a time whatever ``max_concurrency`` says: accepted, so switching a
         # vector env to "inline" for debugging needs no other change.
-        super().__init__(env_fns, autoreset_mode)
+        super().__init__(env_fns, autoreset_mode, limits=limits)
+        #: Sub-envs run in the loop's thread, where a take cannot wait for a holder.
+        self._taker = None if limits is None else limits.local_taker(can_wait=False)
         self.max_concurrency = max_concurrency
 
     _slots: list[EnvSlot]
@@ -91,7 +104,7 @@ class InlineBackend(Backend):
                arrivals: Arrivals | None = None) -> Pending:
         if arrivals is None:  # requests run in the order they were made
             self._run_sent()
-        pending = _InlinePending(op, env_indices, payloads, self._slots, arrivals)
+        pending = _InlinePending(op, env_indices, payloads, self._slots, arrivals, self._taker)
         if arrivals is not None:
             self._unserved.append(pending)
         return pending

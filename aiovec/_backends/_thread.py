@@ -26,6 +26,8 @@ from aiovec._core._cleanups import run_cleanups, take_cleanups
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._requests import NO_REPLY, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
+from aiovec._limits._shared import SharedLimits
+from aiovec._limits._take import LocalTaker, Taker, bind
 
 __all__ = ["ThreadBackend"]
 
@@ -102,12 +104,15 @@ class _Permit:
             self._limiter.release()
 
 
-def _thread_main(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None) -> None:
+def _thread_main(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit | None,
+                 taker: Taker | None) -> None:
     """A sub-env thread's whole life: serve requests until asked to close.
 
     With a ``permit`` (``max_concurrency``), a request runs only while holding it, so at most
-    that many sub-envs work at once.
+    that many sub-envs work at once. With a ``taker``, the sub-env's ``aiovec.limit`` takes
+    from it (the vector env's ``limits=``).
     """
+    bind(taker)
     while True:
         op, payload, pending, position = jobs.get()
         try:
@@ -146,11 +151,13 @@ class ThreadBackend(Backend):
     in_process: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits)
         self.max_concurrency = max_concurrency
         self._limiter = None if max_concurrency is None else threading.Semaphore(max_concurrency)
         self._permits: list[_Permit | None] = [None] * self.num_envs
+        #: Each sub-env thread's taker of the vector env's limits (``limits=``), if any.
+        self._takers: list[LocalTaker | None] = [None] * self.num_envs
 
     _slots: list[EnvSlot]
     _queues: list[queue.SimpleQueue[_Job]]
@@ -178,9 +185,11 @@ class ThreadBackend(Backend):
     def _start_thread(self, env_index: int) -> None:
         if self._limiter is not None:
             self._permits[env_index] = _Permit(self._limiter)
+        if self.limits is not None:
+            self._takers[env_index] = self.limits.local_taker()
         thread = threading.Thread(target=_thread_main, daemon=True, name=f"aiovec-env-{env_index}",
                                   args=(self._slots[env_index], self._queues[env_index],
-                                        self._permits[env_index]))
+                                        self._permits[env_index], self._takers[env_index]))
         self._threads[env_index] = thread
         thread.start()
 
@@ -205,9 +214,11 @@ class ThreadBackend(Backend):
                 continue
             # The old thread closes its env and exits if its call ever returns.
             self._queues[env_index].put((Op.CLOSE, None, None, 0))
-            permit = self._permits[env_index]
+            permit, taker = self._permits[env_index], self._takers[env_index]
             if permit is not None:
                 permit.give_up()
+            if taker is not None:  # a take it waits in gives up: it holds nothing past now
+                taker.abandon()
             self._abandoned.append(thread)
             self._abandoned_slots.append((thread, self._slots[env_index]))
             self._threads[env_index] = None

@@ -32,6 +32,7 @@ from aiovec._core._requests import NO_REPLY, BatchBuffers, Failure, Op, Remade
 from aiovec._core._spaces import VectorSpaces
 from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
+from aiovec._limits._shared import SharedLimits
 
 __all__ = ["Arrivals", "Backend", "Pending"]
 
@@ -221,10 +222,14 @@ class Backend(abc.ABC):
         self,
         env_fns: Sequence[Callable[[], Any]],
         autoreset_mode: AutoresetMode,
+        *,
+        limits: SharedLimits | None = None,
         **options: Any,
     ) -> None:
         if options:
             raise TypeError(f"the {self.name} backend takes no options {sorted(options)}")
+        #: The vector env's named limits (``limits=``), which its sub-envs' calls take from.
+        self.limits = limits
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.autoreset_mode = autoreset_mode

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypedDict, TypeVar, cast
 
 from gymnasium.vector import AutoresetMode
@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import ObservationMode
+from aiovec._limits._limit import Limit
 
 __all__ = ["DEFAULTS", "AsyncVectorOptions", "ParallelOptions", "SharedOptions",
            "VectorOptions", "takes_options", "with_defaults"]
@@ -89,6 +90,11 @@ class VectorOptions(SharedOptions, total=False):
     validate_actions: bool
     """Refuse any action outside the action space (``ValueError``) before anything is sent,
     not only a wrong batch size, shape or dtype (default ``False``)."""
+    limits: Mapping[str, Limit] | None
+    """Named shared limits the sub-envs take with ``aiovec.limit(name)`` from inside their
+    calls (``{"sandbox": aiovec.Limit(concurrency=64, rate=500)}``), one line per name for
+    every sub-env of this vector env, across its worker processes too; every backend but
+    Ray (default ``None``: none)."""
 
 
 class AsyncVectorOptions(VectorOptions, _EpisodeOptions, total=False):
@@ -110,7 +116,7 @@ DEFAULTS: Final[AsyncVectorOptions] = {
     "backend": "auto", "timeout": None, "close_timeout": 10.0, "restart": None,
     "max_concurrency": None, "max_in_flight": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None,
-    "batch_size": None, "validate_actions": False,
+    "batch_size": None, "validate_actions": False, "limits": None,
     "autoreset_mode": AutoresetMode.NEXT_STEP, "copy": True, "observation_mode": "same",
 }
 

@@ -47,6 +47,7 @@ BACKEND_OPTIONS = {
     "max_concurrency": ("async", "thread", "inline", "process", "ray"),
     "address": ("ray",),
     "actor_options": ("ray",),
+    "limits": ("async", "thread", "inline", "process"),
 }
 PROCESS_OPTIONS = ("num_workers", "start_method", "parent_worker")
 RAY_OPTIONS = ("address", "actor_options")
@@ -249,7 +250,7 @@ class BackendSelection:
         self.options = {key: value for key, value in options.items() if value is not None}
         self._env_fns = list(env_fns)
         self._autoreset_mode = autoreset_mode
-        free = backend == "auto" and set(self.options) <= {"max_concurrency"}
+        free = backend == "auto" and set(self.options) <= {"max_concurrency", "limits"}
         #: "auto" could not tell coroutine envs made by plain callables: start finds out.
         self.may_switch_to_async = free and self.name != "async"
         self._measure = free and self.name == "process"

@@ -16,14 +16,15 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from aiovec._core._requests import NO_REPLY, Failure
 from aiovec._exceptions import EnvTimeoutError, WorkerDiedError
+from aiovec._limits._limit import LimitUsage
 
 __all__ = ["RING_SIZE", "SAMPLE_EVERY", "Counters", "LatencyLog", "LatencySummary",
            "Statistics", "StepCounts", "StepTimer"]
@@ -95,7 +96,8 @@ class Statistics:
     ``LatencySummary`` per sub-env (an exact step count, sampled durations); ``backend`` and
     ``backend_reason`` say where the sub-envs run and why (what ``"auto"`` measured);
     ``aborts`` counts sub-envs whose first-ready step (queued, stepping or waiting for
-    ``recv``) was dropped by ``abort`` (not errors, timeouts nor restarts).
+    ``recv``) was dropped by ``abort`` (not errors, timeouts nor restarts); ``limits`` has one
+    ``LimitUsage`` per named limit (``limits=``): held and waiting now, taken and waited so far.
     """
 
     steps: int
@@ -111,6 +113,7 @@ class Statistics:
     backend: str = ""
     backend_reason: str = ""
     aborts: int = 0
+    limits: Mapping[str, LimitUsage] = field(default_factory=dict)
 
 
 class StepCounts:

@@ -44,6 +44,7 @@ from aiovec._core._spaces import (
 )
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import BusyError, NotStartedError, SubEnvErrorGroup
+from aiovec._limits._shared import SharedLimits
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -90,22 +91,23 @@ class AsyncVectorEnv(FirstReadyCalls):
     - ``"auto"`` (default): picks one for you (the rule is in docs/guide/backends.md).
 
     ``max_concurrency`` caps how many sub-envs execute at once (Gymnasium's meaning; on the
-    process and Ray backends, by starting at most that many workers).
-    ``send``/``recv`` step sub-envs on their own and return the first ``batch_size`` to
-    finish (``async for batch in envs.batches()`` too), or whatever is ready within a wait
-    (``min_size``, ``wait``); ``max_in_flight`` caps how many step at once (movable while
-    running) and ``abort`` cancels chosen sub-envs' steps.
+    process and Ray backends, by starting at most that many workers); ``limits`` declares
+    named limits the sub-envs take from inside their calls (``aiovec.limit``). ``send``/``recv``
+    step sub-envs on their own and return the first ``batch_size`` to finish (``async for
+    batch in envs.batches()`` too), or whatever is ready within a wait (``min_size``,
+    ``wait``); ``max_in_flight`` caps how many step at once (movable while running) and
+    ``abort`` cancels chosen sub-envs' steps.
 
     Actions are checked for batch size, shape and dtype before anything is sent;
     ``validate_actions=True`` also refuses any action outside the action space (say, 5 for
-    ``Discrete(2)``) with a ``ValueError``, so nobody who can send actions can crash or
-    restart a sub-env with one (serving code should set it).
+    ``Discrete(2)``) with a ``ValueError``: nobody who can send actions can crash or restart a
+    sub-env with one (serving code should set it).
 
-    ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline);
-    each call also takes ``timeout=``, and honours the caller's own cancel scopes.
-    ``restart`` (a ``RestartPolicy``, ``True`` for its defaults, or an int cap) recreates
-    sub-envs that raise, hang or die instead of raising; see docs/guide/failures.md.
-    Use it as ``async with AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
+    ``timeout`` is the default deadline, in seconds, of every call (``None``: no deadline); each
+    call also takes ``timeout=``, and honours the caller's own cancel scopes. ``restart`` (a
+    ``RestartPolicy``, ``True`` for its defaults, or an int cap) recreates sub-envs that raise,
+    hang or die instead of raising; see docs/guide/failures.md. Use it as ``async with
+    AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
     """
 
     @takes_options(AsyncVectorOptions)
@@ -127,11 +129,14 @@ class AsyncVectorEnv(FirstReadyCalls):
         self.batch_size: int = (check_count(given["batch_size"], "batch_size", self.num_envs)
                                 or self.num_envs)
         parent_worker = given["parent_worker"]
+        #: The named limits the sub-envs take (``limits=``), while the vector env lives.
+        self._limits = SharedLimits(given["limits"])
         backend_options = {
             "num_workers": given["num_workers"], "start_method": given["start_method"],
             "parent_worker": None if parent_worker is None else bool(parent_worker),
             "max_concurrency": check_count(given["max_concurrency"], "max_concurrency"),
-            "address": given["address"], "actor_options": given["actor_options"]}
+            "address": given["address"], "actor_options": given["actor_options"],
+            "limits": self._limits or None}
         self._selection = BackendSelection(given["backend"], env_fns, backend_options,
                                            self.autoreset_mode)
         self._max_in_flight = check_count(given["max_in_flight"], "max_in_flight")
@@ -201,6 +206,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._state = State.STARTING
         self._start_failed_alone = False
         try:
+            self._limits.open()
             pending = await self._backend.start()
             self._in_flight = InFlight("start", Op.MAKE, pending.env_indices, (), pending)
             descriptions: list[EnvDescription] = await self._collect_start(self._in_flight,
@@ -214,6 +220,7 @@ class AsyncVectorEnv(FirstReadyCalls):
                 self._start_failed_alone = True
                 with anyio.CancelScope(shield=True):
                     await self._backend.aclose(self.close_timeout)
+                self._limits.close()
             raise
         self._in_flight = None
         self._open_first_ready()
@@ -243,6 +250,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._drop_buffers()
         with anyio.CancelScope(shield=True):
             pending = await self._backend.aclose(self.close_timeout)
+        self._limits.close()
         if pending is not None and pending.failures():
             raise error_group("close", pending.failures())
 
@@ -268,6 +276,7 @@ class AsyncVectorEnv(FirstReadyCalls):
             self._state = State.CLOSED
             self._drop_buffers()  # else the shared memory stays mapped (and its descriptor)
             self._backend.close_nowait()
+            self._limits.close()
 
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
@@ -307,7 +316,7 @@ class AsyncVectorEnv(FirstReadyCalls):
             cleanups_run=self._backend.cleanups.run,
             cleanups_failed=self._backend.cleanups.failed,
             backend=self.backend_name, backend_reason=self.backend_reason,
-            aborts=counters.aborts)
+            aborts=counters.aborts, limits=self._limits.usage())
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
         latencies, counts = self._backend.latencies, self._step_counts
@@ -334,10 +343,8 @@ class AsyncVectorEnv(FirstReadyCalls):
     def _running_spaces(self) -> VectorSpaces:
         if self._spaces is None:
             self._check_not_closed("read the spaces of")
-            raise NotStartedError(
-                "the spaces are known once the sub-envs run: use `async with envs:` or "
-                "`await envs.start()` (or `await envs.reset()`) first"
-            )
+            raise NotStartedError("the spaces are known once the sub-envs run: use `async with "
+                                  "envs:` or `await envs.start()` (or `await envs.reset()`) first")
         return self._spaces
 
     @property
@@ -444,10 +451,9 @@ class AsyncVectorEnv(FirstReadyCalls):
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
+            raise ValueError("Values must be a list or tuple with length equal to the number of "
+                             f"environments. Got `{len(values)}` values for {self.num_envs} "
+                             "environments.")
         await self._ensure_started()
         self._claim("set_attr")
         payloads = [(name, value) for value in values]
@@ -557,9 +563,8 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._drop_old_results(indices)
         return in_flight
 
-    async def _submit_call(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> InFlight:
+    async def _submit_call(self, name: str, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> InFlight:
         if not isinstance(name, str):
             raise TypeError(f"the attribute name must be a str, got {type(name).__name__}")
         return await self._submit_call_at(self._all_envs, name, args, kwargs)
@@ -577,10 +582,8 @@ class AsyncVectorEnv(FirstReadyCalls):
         payloads = [request if index in chosen else None for index in self._all_envs]
         return self._submit(Op.CALL, "call", self._all_envs, payloads)
 
-    async def _call_at(
-        self, env_ids: Sequence[int], target: str | Callable[..., Any], /,
-        *args: Any, **kwargs: Any,
-    ) -> tuple[Any, ...]:
+    async def _call_at(self, env_ids: Sequence[int], target: str | Callable[..., Any], /,
+                       *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``call`` on sub-envs ``env_ids`` only (see ``_submit_call_at``) → their results."""
         in_flight = await self._submit_call_at(env_ids, target, args, kwargs)
         results = await self._finish_call(in_flight, USE_DEFAULT)

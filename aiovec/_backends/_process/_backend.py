@@ -54,6 +54,7 @@ from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import usable_cpus
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
+from aiovec._limits._shared import SharedLimits
 
 __all__ = ["ProcessBackend"]
 
@@ -88,8 +89,9 @@ class ProcessBackend(Backend):
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
-                 max_concurrency: int | None = None, parent_worker: bool | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode)
+                 max_concurrency: int | None = None, parent_worker: bool | None = None,
+                 limits: SharedLimits | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits)
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
         if not 1 <= self.num_workers <= self.num_envs:
@@ -134,9 +136,10 @@ class ProcessBackend(Backend):
         shares = split_into_shares(self.num_envs, self.num_workers)
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
         registrations = export_registrations()
+        limits = None if self.limits is None else self.limits.for_workers()
         self._inits = [dumps((hosted.start, self.autoreset_mode.value,
                               cloudpickle.dumps([self.env_fns[i] for i in hosted]),
-                              registrations))
+                              registrations, limits))
                        for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)

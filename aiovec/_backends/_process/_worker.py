@@ -47,6 +47,7 @@ from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._infos import PackedInfos, pack_infos
 from aiovec._core._requests import Failure, Op
+from aiovec._limits._take import SocketTaker, bind, bind_process
 
 __all__ = ["HostedEnvs", "Revoked", "WriteGuard", "main", "serve", "worker_main"]
 
@@ -107,15 +108,19 @@ class WriteGuard:
     once its hung call returns it must not write over the rows its replacement now serves:
     ``revoke`` waits for a write under way, and every later one raises ``Revoked``."""
 
-    __slots__ = ("_lock", "revoked")
+    __slots__ = ("_lock", "on_revoke", "revoked")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.revoked = False
+        #: Called once revoked: lets go of what the thread holds as a dead process would.
+        self.on_revoke: Callable[[], object] | None = None
 
     def revoke(self) -> None:
         with self._lock:
             self.revoked = True
+        if self.on_revoke is not None:
+            self.on_revoke()
 
     def enter(self) -> None:
         """Before a write (then ``exit``); raises ``Revoked`` instead once revoked."""
@@ -438,9 +443,16 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     kind, _, payload = recv_frame(sock)
     if kind is not Kind.INIT:
         raise RuntimeError(f"expected INIT, got {kind.name}")
-    first_env, autoreset_mode, env_fns_blob, registrations = pickle.loads(payload)
+    first_env, autoreset_mode, env_fns_blob, registrations, limits = pickle.loads(payload)
     if not in_parent:
         install_registrations(registrations)  # before the factories: they may gym.make them
+    taker = None if limits is None else SocketTaker(*limits)
+    if in_parent:  # this thread's sub-envs take the vector env's limits as a process's do
+        bind(taker)
+        if taker is not None and guard is not None:  # let go of at a deadline, as if killed
+            guard.on_revoke = taker.abandon
+    else:
+        bind_process(taker)
     env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
     worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode),
                          started=NoProcessTracking() if in_parent else StartedProcesses(),
@@ -455,6 +467,9 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
         if in_parent:  # a worker process ends with its sub-envs; a thread closes them
             worker.close()
         raise
+    finally:
+        if in_parent and taker is not None:  # what it still held goes back
+            taker.close()
 
 
 def _usable_cpus() -> int:
