@@ -19,7 +19,8 @@ from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._requests import Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._limits._shared import SharedLimits
-from aiovec._limits._take import Taker, bound
+from aiovec._limits._take import bound
+from aiovec._limits._takers import Taker
 
 __all__ = ["InlineBackend"]
 

@@ -27,7 +27,8 @@ from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._requests import NO_REPLY, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._limits._shared import SharedLimits
-from aiovec._limits._take import LocalTaker, Taker, bind
+from aiovec._limits._take import bind
+from aiovec._limits._takers import LocalTaker, Taker
 
 __all__ = ["ThreadBackend"]
 

@@ -93,8 +93,8 @@ class VectorOptions(SharedOptions, total=False):
     limits: Mapping[str, Limit] | None
     """Named shared limits the sub-envs take with ``aiovec.limit(name)`` from inside their
     calls (``{"sandbox": aiovec.Limit(concurrency=64, rate=500)}``), one line per name for
-    every sub-env of this vector env, across its worker processes too; every backend but
-    Ray (default ``None``: none)."""
+    every sub-env of this vector env, across its worker processes and actors too (default
+    ``None``: none)."""
 
 
 class AsyncVectorOptions(VectorOptions, _EpisodeOptions, total=False):

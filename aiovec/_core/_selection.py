@@ -47,7 +47,7 @@ BACKEND_OPTIONS = {
     "max_concurrency": ("async", "thread", "inline", "process", "ray"),
     "address": ("ray",),
     "actor_options": ("ray",),
-    "limits": ("async", "thread", "inline", "process"),
+    "limits": ("async", "thread", "inline", "process", "ray"),
 }
 PROCESS_OPTIONS = ("num_workers", "start_method", "parent_worker")
 RAY_OPTIONS = ("address", "actor_options")

@@ -10,6 +10,8 @@ allows the next take).
 from __future__ import annotations
 
 import collections
+import contextlib
+import logging
 import math
 import threading
 import time
@@ -19,6 +21,8 @@ from aiovec._exceptions import LimitError
 from aiovec._limits._limit import Limit, LimitUsage
 
 __all__ = ["Broker", "Waiter"]
+
+logger = logging.getLogger("aiovec")
 
 
 class Waiter:
@@ -35,17 +39,17 @@ class Waiter:
 
 
 class _Pool:
-    """One limit's state."""
+    """One limit's state. The rate is kept as a theoretical arrival time (GCRA): each take
+    moves ``due`` on by ``1/rate``, and a take may happen while ``due`` is at most ``burst - 1``
+    intervals ahead of now; so a late timer loses nothing within the burst."""
 
-    __slots__ = ("burst", "capacity", "in_use", "line", "rate", "stamp", "taken", "tokens",
-                 "waited")
+    __slots__ = ("capacity", "due", "in_use", "interval", "line", "slack", "taken", "waited")
 
     def __init__(self, limit: Limit, now: float) -> None:
         self.capacity = limit.concurrency
-        self.rate = None if limit.rate is None else float(limit.rate)
-        self.burst = float(limit.burst)
-        self.tokens = self.burst
-        self.stamp = now
+        self.interval = None if limit.rate is None else 1.0 / float(limit.rate)
+        self.slack = 0.0 if self.interval is None else (limit.takes_at_once - 1) * self.interval
+        self.due = now
         self.in_use = 0
         self.line: collections.deque[Waiter] = collections.deque()
         self.taken = 0
@@ -56,18 +60,16 @@ class _Pool:
         gives back)."""
         if self.capacity is not None and self.in_use >= self.capacity:
             return math.inf
-        rate = self.rate
-        if rate is None:
+        if self.interval is None:
             return 0.0
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * rate)
-        self.stamp = now
-        return 0.0 if self.tokens >= 1.0 else now + (1.0 - self.tokens) / rate
+        allowed = self.due - self.slack
+        return 0.0 if now >= allowed else allowed
 
     def take(self, waiter: Waiter | None, now: float) -> None:
         self.in_use += 1
         self.taken += 1
-        if self.rate is not None:
-            self.tokens -= 1.0
+        if self.interval is not None:
+            self.due = max(self.due, now) + self.interval
         if waiter is not None:
             waiter.granted = True
             self.waited += now - waiter.since
@@ -98,6 +100,12 @@ class Broker:
             raise LimitError(f"no limit named {name!r}: this vector env declares "
                              f"{', '.join(map(repr, self._pools))} (limits=)") from None
 
+    def full(self, name: str) -> bool:
+        """True while ``name`` is held as often as its concurrency allows."""
+        pool = self._pool(name)
+        with self._lock:
+            return pool.capacity is not None and pool.in_use >= pool.capacity
+
     def take_or_queue(self, name: str, waiter: Waiter) -> bool:
         """Take ``name`` now (True), or put ``waiter`` in its line (False: ``grant`` follows,
         unless it is withdrawn first)."""
@@ -127,7 +135,7 @@ class Broker:
                 return True
             pool.line.remove(waiter)
             grants, due = self._grant(pool)  # it may have been the head, held back by a rate
-        self._deliver(grants, due)
+        self._deliver(name, grants, due)
         return True
 
     def give_back(self, name: str) -> None:
@@ -135,19 +143,19 @@ class Broker:
         with self._lock:
             pool.in_use -= 1
             grants, due = self._grant(pool)
-        self._deliver(grants, due)
+        self._deliver(name, grants, due)
 
     def tick(self) -> float:
         """Grant what the rates allow by now; returns when to tick next (``inf``: no need)."""
-        grants: list[Waiter] = []
+        grants: list[tuple[str, Waiter]] = []
         due = math.inf
         with self._lock:
-            for pool in self._pools.values():
+            for name, pool in self._pools.items():
                 granted, pool_due = self._grant(pool)
-                grants += granted
+                grants += ((name, waiter) for waiter in granted)
                 due = min(due, pool_due)
-        for waiter in grants:
-            waiter.grant()
+        for name, waiter in grants:
+            self._tell(name, waiter)
         return due
 
     def _grant(self, pool: _Pool) -> tuple[list[Waiter], float]:
@@ -165,11 +173,27 @@ class Broker:
             grants.append(waiter)
         return grants, (due if line else math.inf)
 
-    def _deliver(self, grants: list[Waiter], due: float) -> None:
+    def _deliver(self, name: str, grants: list[Waiter], due: float) -> None:
         for waiter in grants:
-            waiter.grant()
+            self._tell(name, waiter)
         if due < math.inf and self.when_due is not None:
             self.when_due(due)
+
+    def _tell(self, name: str, waiter: Waiter) -> None:
+        """Wake ``waiter``; if that fails (its event loop closed), nobody holds what it was
+        granted: give it back, so that the others in line are served."""
+        try:
+            waiter.grant()
+        except Exception:
+            logger.warning("limit %r: could not wake a granted take; given back", name,
+                           exc_info=True)
+            if waiter.granted:
+                self.give_back(name)
+
+    def reopen(self) -> None:
+        """Take again after ``close`` (a start that failed is retried on another backend)."""
+        with self._lock:
+            self._closed = False
 
     def close(self) -> None:
         """Refuse every take from now on, and every waiter in line (they are woken)."""
@@ -181,7 +205,8 @@ class Broker:
             for waiter in refused:
                 waiter.refused = True
         for waiter in refused:
-            waiter.grant()
+            with contextlib.suppress(Exception):  # (its event loop closed: nobody waits)
+                waiter.grant()
 
     def usage(self) -> dict[str, LimitUsage]:
         with self._lock:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Address", "Limit", "LimitUsage", "check_limits"]
+__all__ = ["Address", "Limit", "LimitUsage", "WorkerLimits", "check_limits"]
 
 
 @dataclass(frozen=True)
 class Limit:
     """A shared resource's limits: at most ``concurrency`` held at once, and at most ``rate``
-    taken per second (starts spaced ``1/rate`` apart; after a pause, up to ``burst`` at once).
+    taken per second (takes spaced ``1/rate`` apart; after a pause, up to ``burst`` at once:
+    by default 10 ms worth of the rate, at least 1).
 
     ``Limit(concurrency=64, rate=500)``: 64 sandboxes alive at once, at most 500 created per
     second. Either may be ``None`` (no cap of that kind), not both.
@@ -23,7 +25,7 @@ class Limit:
 
     concurrency: int | None = None
     rate: float | None = None
-    burst: int = 1
+    burst: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency is None and self.rate is None:
@@ -37,8 +39,15 @@ class Limit:
                 or not 0 < self.rate < math.inf):
             raise ValueError(f"rate must be a positive, finite number per second or None, got "
                              f"{self.rate!r}")
-        if not _positive_int(self.burst):
-            raise ValueError(f"burst must be a positive int, got {self.burst!r}")
+        if self.burst is not None and not _positive_int(self.burst):
+            raise ValueError(f"burst must be a positive int or None, got {self.burst!r}")
+
+    @property
+    def takes_at_once(self) -> int:
+        """``burst``, or its default: 10 ms worth of the rate, at least 1."""
+        if self.burst is not None:
+            return int(self.burst)
+        return max(1, round((self.rate or 0.0) * 0.01))
 
 
 @dataclass(frozen=True)
@@ -54,11 +63,23 @@ class LimitUsage:
 
 @dataclass(frozen=True)
 class Address:
-    """Where a worker process reaches its vector env's limits service, and the token it
+    """Where a worker process reaches its vector env's limits service (a Unix socket's path;
+    for Ray actors, which may run on other machines, a TCP ``(host, port)``), and the token it
     proves itself with."""
 
-    path: str
+    path: str | tuple[str, int]
     token: str
+
+    def connect(self) -> socket.socket:
+        if isinstance(self.path, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(self.path)
+            return sock
+        return socket.create_connection(self.path)
+
+
+#: What a worker process needs to take its vector env's limits: where, and their names.
+WorkerLimits = tuple[Address, tuple[str, ...]]
 
 
 def _positive_int(value: object) -> bool:

@@ -12,6 +12,8 @@ import fcntl
 import functools
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ import pytest
 from gymnasium import spaces
 
 import aiovec
-from tests.backends_matrix import LOCAL_BACKENDS, LOCAL_DEADLINE_BACKENDS
+from tests.backends_matrix import DEADLINE_BACKENDS, LOCAL_BACKENDS, WORKER_BACKENDS
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +36,8 @@ GIVE_BACK = 2  # give back what KEEP took
 UNDECLARED = 3  # take a limit the vector env does not declare
 DIE_HOLDING = 4  # take it, then SIGKILL this process
 NOTHING = 5  # leave it be
+THREADS = 6  # hold it while two threads of the sub-env's own wait for it, then give it back
+CANCELLED = 7  # take it in a scope cancelled already (async only)
 
 
 class Holders:
@@ -66,7 +70,7 @@ class LeaseEnv(gym.Env[np.ndarray, int]):
     """Does with the limit "sandbox" what its action says (the actions above)."""
 
     observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = spaces.Discrete(6)
+    action_space = spaces.Discrete(8)
 
     def __init__(self, counter: Holders, hold: float = 0.02) -> None:
         self.counter = counter
@@ -95,6 +99,18 @@ class LeaseEnv(gym.Env[np.ndarray, int]):
         elif action == DIE_HOLDING:
             with aiovec.limit("sandbox"):
                 os.kill(os.getpid(), signal.SIGKILL)
+        elif action == THREADS:
+            with aiovec.limit("sandbox"):
+                self.counter.add(1)
+                helpers = [threading.Thread(target=self.step, args=(HOLD_A_WHILE,))
+                           for _ in range(2)]
+                for helper in helpers:
+                    helper.start()
+                time.sleep(self.hold)
+                self.counter.add(-1)
+            for helper in helpers:
+                helper.join(30)
+                assert not helper.is_alive(), "a thread of the sub-env never got the limit"
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
@@ -102,7 +118,7 @@ class AsyncLeaseEnv(aiovec.AsyncEnv[np.ndarray, int]):
     """``LeaseEnv`` as a coroutine env: ``async with aiovec.limit(...)``."""
 
     observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = spaces.Discrete(6)
+    action_space = spaces.Discrete(8)
 
     def __init__(self, counter: Holders, hold: float = 0.02) -> None:
         self.counter = counter
@@ -127,6 +143,11 @@ class AsyncLeaseEnv(aiovec.AsyncEnv[np.ndarray, int]):
         elif action == UNDECLARED:
             async with aiovec.limit("nope"):
                 pass
+        elif action == CANCELLED:
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                async with aiovec.limit("sandbox"):  # taken at once, cancelled right after
+                    raise AssertionError("a cancelled scope ran on")
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
@@ -136,14 +157,14 @@ def lease_envs(backend: str, counter: Holders, num_envs: int, **kwargs: Any) -> 
 
 
 def one_worker_each(backend: str, num_envs: int) -> dict[str, Any]:
-    return {"num_workers": num_envs} if backend == "process" else {}
+    return {"num_workers": num_envs} if backend in WORKER_BACKENDS else {}
 
 
 def actions(*each: int) -> np.ndarray:
     return np.array(each)
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
 async def test_a_limit_caps_its_holders_across_sub_envs_and_workers(
         backend: str, tmp_path: Path, no_leaks: None) -> None:
     counter = holders(tmp_path)
@@ -163,7 +184,7 @@ async def test_a_limit_caps_its_holders_across_sub_envs_and_workers(
     assert envs.statistics().limits["sandbox"].waiting == 0
 
 
-@pytest.mark.parametrize("backend", LOCAL_DEADLINE_BACKENDS)
+@pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
 async def test_a_take_that_waits_counts_in_the_calls_deadline(
         backend: str, tmp_path: Path, no_leaks: None) -> None:
     """Sub-env 0 keeps the only hold; sub-env 1's take waits past the step's deadline: it is
@@ -189,7 +210,7 @@ async def test_a_take_that_waits_counts_in_the_calls_deadline(
     assert counter.read()[1] == 1
 
 
-@pytest.mark.parametrize("backend", ["process", "async"])
+@pytest.mark.parametrize("backend", ["process", "async", "ray"])
 async def test_a_rate_spaces_the_takes(backend: str, tmp_path: Path, no_leaks: None) -> None:
     """At most 25 takes a second, burst 1: 12 takes (4 sub-envs, 3 steps) take at least the
     11 gaps of 1/25 s between them, across worker processes too."""
@@ -223,15 +244,18 @@ async def test_an_undeclared_limit_fails_its_sub_env_by_name(
     assert "'sandbox'" in str(error.__cause__)
 
 
+@pytest.mark.parametrize("backend", WORKER_BACKENDS)
 async def test_a_worker_killed_while_holding_gives_the_limit_back(
-        tmp_path: Path, no_leaks: None) -> None:
+        backend: str, tmp_path: Path, no_leaks: None) -> None:
+    """A worker process or a Ray actor SIGKILLed while holding: its connection to the limits
+    thread closes with it, and all it held comes back."""
     counter = holders(tmp_path)
     async with aiovec.AsyncVectorEnv(
-            lease_envs("process", counter, 2), backend="process", num_workers=2, restart=True,
+            lease_envs(backend, counter, 2), backend=backend, num_workers=2, restart=True,
             timeout=60, limits={"sandbox": aiovec.Limit(concurrency=1)}) as envs:
         await envs.reset(seed=0)
         _, _, _, _, infos = await envs.step(actions(DIE_HOLDING, HOLD_A_WHILE))
-        assert "SIGKILL" in infos["restart"][0]
+        assert "died" in infos["restart"][0]
         # The dead worker's hold came back: both take it again, one after the other.
         await envs.step(actions(HOLD_A_WHILE, HOLD_A_WHILE))  # (sub-env 0 resets in it)
         assert envs.statistics().limits["sandbox"].taken == 3
@@ -303,7 +327,83 @@ def test_a_limit_refuses_what_it_cannot_mean(arguments: dict[str, Any], message:
         aiovec.Limit(**arguments)
 
 
-def test_ray_refuses_limits_before_anything_starts() -> None:
-    with pytest.raises(ValueError, match="limits applies to"):
-        aiovec.AsyncVectorEnv([lambda: gym.make("CartPole-v1")], backend="ray",
-                              limits={"sandbox": aiovec.Limit(concurrency=1)})
+
+@pytest.mark.parametrize("backend", ["thread", "process", "inline"])
+async def test_threads_a_sub_env_starts_take_from_its_vector_envs_limits(
+        backend: str, tmp_path: Path, no_leaks: None) -> None:
+    """The threads a sub-env starts itself (no context of the sub-env's) take from the same
+    line, each waiting on its own: a holder in one thread gives back while another waits."""
+    counter = holders(tmp_path)
+    async with aiovec.AsyncVectorEnv(
+            lease_envs(backend, counter, 1), backend=backend, timeout=60,
+            limits={"sandbox": aiovec.Limit(concurrency=1)}) as envs:
+        await envs.reset(seed=0)
+        await envs.step(actions(THREADS))
+        assert envs.statistics().limits["sandbox"].taken == 3
+    assert counter.read() == (0, 1)
+
+
+async def test_a_take_cancelled_as_it_is_granted_holds_nothing(
+        tmp_path: Path, no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv(
+            lease_envs("async", holders(tmp_path), 2), backend="async", timeout=60,
+            limits={"sandbox": aiovec.Limit(concurrency=1)}) as envs:
+        await envs.reset(seed=0)
+        await envs.step(actions(CANCELLED, NOTHING))
+        assert envs.statistics().limits["sandbox"].in_use == 0
+        await envs.step(actions(HOLD_A_WHILE, HOLD_A_WHILE))  # both get it, one after the other
+
+
+def coroutine_lease_env(counter: Holders) -> AsyncLeaseEnv:
+    return AsyncLeaseEnv(counter)
+
+
+async def test_limits_hold_when_auto_finds_coroutine_envs(tmp_path: Path,
+                                                          no_leaks: None) -> None:
+    """``backend="auto"`` cannot tell coroutine envs made by a plain function: its first start
+    fails and it starts again on the async backend, where the limits still serve."""
+    counter = holders(tmp_path)
+    async with aiovec.AsyncVectorEnv([functools.partial(coroutine_lease_env, counter)] * 3,
+                                     timeout=60,
+                                     limits={"sandbox": aiovec.Limit(concurrency=1)}) as envs:
+        await envs.reset(seed=0)
+        await envs.step(actions(HOLD_A_WHILE, HOLD_A_WHILE, HOLD_A_WHILE))
+        assert envs.backend_name == "async"
+        assert envs.statistics().limits["sandbox"].taken == 3
+    assert counter.read() == (0, 1)
+
+
+async def test_on_the_inline_backend_a_take_waits_for_a_rate(tmp_path: Path,
+                                                            no_leaks: None) -> None:
+    """A rate frees itself with time (no holder must run), so an inline take waits for it."""
+    async with aiovec.AsyncVectorEnv(
+            lease_envs("inline", holders(tmp_path), 4, hold=0.0), backend="inline",
+            limits={"sandbox": aiovec.Limit(rate=50)}) as envs:
+        await envs.reset(seed=0)
+        started = time.monotonic()
+        await envs.step(actions(*[HOLD_A_WHILE] * 4))
+        assert time.monotonic() - started >= 3 / 50 * 0.98
+        assert envs.statistics().limits["sandbox"].taken == 4
+
+
+async def test_a_stranger_on_the_limits_socket_is_dropped_and_harms_nothing(
+        tmp_path: Path, no_leaks: None) -> None:
+    """Anyone on the machine can find the socket: a wrong token (even one that is not ASCII)
+    or a line not understood drops that connection, and the workers' takes go on."""
+    counter = holders(tmp_path)
+    async with aiovec.AsyncVectorEnv(
+            lease_envs("process", counter, 2), backend="process", num_workers=2, timeout=60,
+            limits={"sandbox": aiovec.Limit(concurrency=1)}) as envs:
+        await envs.reset(seed=0)
+        address, _ = envs._limits.for_workers()
+        for line in ("T \u00fc\n", "T wrong\n", f"T {address.token}\nA 1 sandbox extra\n",
+                     f"T {address.token}\nX\n"):
+            stranger = address.connect()
+            stranger.sendall(line.encode())
+            stranger.shutdown(socket.SHUT_WR)
+            assert stranger.recv(16) == b""  # dropped, nothing granted
+            stranger.close()
+        await envs.step(actions(HOLD_A_WHILE, HOLD_A_WHILE))
+        usage = envs.statistics().limits["sandbox"]
+    assert usage.taken == 2
+    assert counter.read() == (0, 1)

@@ -47,7 +47,8 @@ from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._infos import PackedInfos, pack_infos
 from aiovec._core._requests import Failure, Op
-from aiovec._limits._take import SocketTaker, bind, bind_process
+from aiovec._limits._take import bind, bind_process
+from aiovec._limits._takers import SocketTaker
 
 __all__ = ["HostedEnvs", "Revoked", "WriteGuard", "main", "serve", "worker_main"]
 

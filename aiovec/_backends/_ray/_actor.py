@@ -36,6 +36,9 @@ from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._cleanups import CleanupTally
 from aiovec._core._requests import Failure, Op
+from aiovec._limits._limit import WorkerLimits
+from aiovec._limits._take import bind_process
+from aiovec._limits._takers import SocketTaker
 
 __all__ = ["EnvHost", "StepBlock", "Tallied"]
 
@@ -55,9 +58,12 @@ class EnvHost:
     """
 
     def __init__(self, autoreset_mode: str, env_fns: bytes, share: Sequence[int] = (),
-                 batched_space: gym.Space[Any] | None = None) -> None:
+                 batched_space: gym.Space[Any] | None = None,
+                 limits: WorkerLimits | None = None) -> None:
         global IN_ACTOR
         IN_ACTOR = True
+        # The vector env's named limits (``limits=``), taken over TCP from its limits thread.
+        bind_process(None if limits is None else SocketTaker(*limits))
         become_subreaper()
         os.environ[OWNER_VARIABLE] = str(os.getpid())
         keeper = start_keeper()

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -52,6 +52,8 @@ from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
 from aiovec._core._selection import ActorOptions
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import WorkerDiedError
+from aiovec._limits._limit import WorkerLimits
+from aiovec._limits._shared import SharedLimits
 
 __all__ = ["RayBackend"]
 
@@ -271,8 +273,8 @@ class RayBackend(Backend):
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, address: str | None = None,
                  actor_options: ActorOptions | None = None,
-                 max_concurrency: int | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits)
         if num_workers is not None and not 1 <= num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {num_workers}")
@@ -286,6 +288,7 @@ class RayBackend(Backend):
         self._actors: list[_Actor] = []
         self._actor_of: list[int] = []
         self._blobs: list[bytes] = []
+        self._limits_here: WorkerLimits | None = None
         #: Each actor's share of a request to every sub-env: (actor index, positions).
         self._every_share: list[tuple[int, range]] = []
         self.every_env: tuple[int, ...] = tuple(range(self.num_envs))
@@ -310,6 +313,9 @@ class RayBackend(Backend):
         registrations = export_registrations()  # what a fresh interpreter lacks
         self._blobs = [cloudpickle.dumps(({i: self.env_fns[i] for i in share}, registrations))
                        for share in shares]
+        # The actors take the limits over TCP, at this machine's address in the cluster.
+        self._limits_here = None if self.limits is None else await anyio.to_thread.run_sync(
+            self.limits.for_remote_workers, _node_address())
         self._every_share = list(enumerate(shares))
         self._actor_of = [index for index, share in enumerate(shares) for _ in share]
         self._actors = [self._create_actor(index, share) for index, share in enumerate(shares)]
@@ -321,7 +327,8 @@ class RayBackend(Backend):
         handle = _RemoteEnvHost.options(
             **{**_DEFAULT_ACTOR_OPTIONS, **chosen},
             max_restarts=0, max_task_retries=0, max_concurrency=1,
-        ).remote(self.autoreset_mode.value, self._blobs[index], share, self.batched_space)
+        ).remote(self.autoreset_mode.value, self._blobs[index], share, self.batched_space,
+                 self._limits_here)
         return _Actor(index, share, handle)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
@@ -494,6 +501,12 @@ def _initialise(address: str | None) -> None:
     """On the starter thread, one vector env after another: the first one initialises."""
     if not ray.is_initialized():
         ray.init(address=address)
+
+
+def _node_address() -> str:
+    """This machine's address in the Ray cluster."""
+    address: str = cast(Any, ray.util).get_node_ip_address()
+    return address
 
 
 def _check_actor_options(options: ActorOptions | None,

@@ -1,0 +1,219 @@
+"""How sub-env code takes a limit where it runs: ``LocalTaker`` in the vector env's own process
+(queues at its ``Broker``), ``SocketTaker`` in a worker process or Ray actor (asks the limits
+``Service`` over a socket). A take returns a ticket that its give-back hands back."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from typing import Protocol
+
+from aiovec._exceptions import LimitError
+from aiovec._limits._broker import Broker, Waiter
+from aiovec._limits._limit import Address
+
+__all__ = ["LocalTaker", "SocketTaker", "Taker"]
+
+
+class Taker(Protocol):
+    def take(self, name: str) -> object: ...
+
+    async def take_async(self, name: str) -> object: ...
+
+    def give_back(self, name: str, ticket: object) -> None: ...
+
+
+def _given_up(name: str, why: str) -> LimitError:
+    return LimitError(f"the take of limit {name!r} was given up: {why}")
+
+
+class LocalTaker:
+    """Takes from the ``Broker`` of this process.
+
+    ``can_wait=False`` (the inline backend: its sub-envs run in the event loop's thread, where
+    no other sub-env can give back while one waits) raises ``LimitError`` instead of waiting
+    for a holder; it still waits for a rate. ``abandon`` ends a thread's wait (the thread
+    backend gave up on its sub-env at a deadline: its take must not hold on after) and refuses
+    every later take.
+    """
+
+    __slots__ = ("_abandoned", "_broker", "_can_wait", "_waiting")
+
+    def __init__(self, broker: Broker, *, can_wait: bool = True) -> None:
+        self._broker = broker
+        self._can_wait = can_wait
+        self._abandoned = False
+        self._waiting: Waiter | None = None
+
+    def take(self, name: str) -> None:
+        if self._abandoned:
+            raise _given_up(name, "its deadline passed")
+        granted = threading.Event()
+        waiter = Waiter(granted.set)
+        if self._broker.take_or_queue(name, waiter):
+            return
+        self._waiting = waiter
+        try:
+            if not self._can_wait and self._broker.full(name):
+                raise LimitError(
+                    f"limit {name!r} is fully held, and a sub-env on the inline backend cannot "
+                    "wait for it (its holders run in the same thread): use backend='thread' "
+                    "or 'async', or give it back within the call that took it")
+            if not self._abandoned:  # (else abandoned before it got in line)
+                granted.wait()
+            if self._abandoned or not waiter.granted:
+                raise _given_up(name, "the vector env closed" if waiter.refused
+                                else "its deadline passed")
+        except BaseException:
+            self._give_up(name, waiter)
+            raise
+        finally:
+            self._waiting = None
+
+    def abandon(self) -> None:
+        """End the wait of the take in progress, and refuse any later one."""
+        self._abandoned = True
+        waiter = self._waiting
+        if waiter is not None:
+            waiter.grant()
+
+    async def take_async(self, name: str) -> None:
+        if not self._can_wait:
+            self.take(name)
+            return
+        import anyio  # here: a worker process never needs it
+        import anyio.lowlevel
+
+        from aiovec._core._loop_wakeup import threadsafe_caller
+
+        granted = anyio.Event()
+        call_soon = threadsafe_caller()
+        waiter = Waiter(lambda: call_soon(granted.set))
+        if self._broker.take_or_queue(name, waiter):
+            try:
+                await anyio.lowlevel.checkpoint()
+            except BaseException:  # cancelled right after taking: nothing may stay held
+                self._broker.give_back(name)
+                raise
+            return
+        try:
+            await granted.wait()
+            if waiter.refused:
+                raise _given_up(name, "the vector env closed")
+        except BaseException:  # cancelled (a deadline, an abort, closing): nothing is held
+            self._give_up(name, waiter)
+            raise
+
+    def _give_up(self, name: str, waiter: Waiter) -> None:
+        if not self._broker.withdraw(name, waiter):  # granted meanwhile: give it back
+            self._broker.give_back(name)
+
+    def give_back(self, name: str, ticket: object = None) -> None:
+        self._broker.give_back(name)
+
+
+class _Connection:
+    """One thread's connection to the limits service: its takes are answered in it."""
+
+    __slots__ = ("buffer", "next_id", "send_lock", "sock", "withdrawn")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        self.next_id = 0
+        #: Takes this thread stopped waiting for: a grant of one arriving later is ignored
+        #: (the service gives it back on the withdrawal).
+        self.withdrawn: set[int] = set()
+        self.send_lock = threading.Lock()  # give-backs may come from other threads
+
+    def send(self, line: str) -> None:
+        with self.send_lock:
+            self.sock.sendall(line.encode() + b"\n")
+
+    def read_line(self) -> str:
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("the limits service closed the connection")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+class SocketTaker:
+    """Takes from the ``Service`` of the vector env that started this worker process (or Ray
+    actor), over one connection per thread that takes, so threads a sub-env starts take
+    independently. If the process dies, the service sees its connections close and gives back
+    all they held; ``abandon`` does the same from here (a parent worker let go of)."""
+
+    def __init__(self, address: Address, names: tuple[str, ...]) -> None:
+        self._address = address
+        self._names = names
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[_Connection] = []
+        self._abandoned = False
+
+    def _connection(self) -> _Connection:
+        connection: _Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            sock = self._address.connect()
+            connection = _Connection(sock)
+            connection.send(f"T {self._address.token}")
+            with self._lock:
+                self._connections.append(connection)
+            self._local.connection = connection
+        return connection
+
+    def take(self, name: str) -> _Connection:
+        if name not in self._names:
+            raise LimitError(f"no limit named {name!r}: this vector env declares "
+                             f"{', '.join(map(repr, self._names))} (limits=)")
+        if self._abandoned:
+            raise _given_up(name, "the vector env let go of this sub-env")
+        try:
+            connection = self._connection()
+            request = connection.next_id
+            connection.next_id += 1
+            connection.send(f"A {request} {name}")
+        except OSError as error:
+            raise _given_up(name, "the vector env closed, or let go of this sub-env") from error
+        try:
+            while True:
+                granted = int(connection.read_line().partition(" ")[2])
+                if granted == request:
+                    return connection
+                connection.withdrawn.discard(granted)
+        except OSError as error:  # (ConnectionError included) the service dropped us
+            raise _given_up(name, "the vector env closed, or let go of this sub-env") from error
+        except BaseException:  # interrupted (a signal, an exception in a handler): withdraw
+            connection.withdrawn.add(request)
+            with contextlib.suppress(OSError):
+                connection.send(f"W {request}")
+            raise
+
+    async def take_async(self, name: str) -> _Connection:
+        return self.take(name)  # a worker runs one sub-env call at a time: waiting is fine
+
+    def give_back(self, name: str, ticket: object) -> None:
+        assert isinstance(ticket, _Connection)
+        with contextlib.suppress(OSError):
+            ticket.send(f"R {name}")
+
+    def abandon(self) -> None:
+        """From any thread: end every connection as a dead process's end (a take waiting in
+        one raises ``LimitError``; the service gives back what they held)."""
+        self._abandoned = True
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Close every connection: the service gives back whatever they still held."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.sock.close()
