@@ -31,7 +31,7 @@ import anyio.to_thread
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._autoreset import Autoreset
+from aiovec._backends._autoreset import EPISODE_TIMEOUT, Autoreset
 from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
@@ -55,13 +55,16 @@ class _AsyncSlot:
     """Hosts coroutine sub-env ``env_index``: builds it, steps it with autoreset, closes it."""
 
     __slots__ = ("autoreset", "busy", "cleanups", "discarded", "env", "env_index", "host",
-                 "jobs", "parked", "running", "step_timer", "turn", "untimed_steps")
+                 "jobs", "last_obs", "parked", "running", "step_timer", "turn", "untimed_steps")
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
-                 step_timer: Callable[[float], int], cleanups: CleanupTally) -> None:
+                 step_timer: Callable[[float], int], cleanups: CleanupTally,
+                 episode_timeout: float | None = None) -> None:
         self.env_index = env_index
         self.cleanups = cleanups
-        self.autoreset = Autoreset(autoreset_mode)
+        self.autoreset = Autoreset(autoreset_mode, episode_timeout)
+        #: With an episode timeout: the latest observation, what a step cut short returns.
+        self.last_obs: Any = None
         self.env: Any = None
         #: Times sampled steps as ``EnvSlot.step_timer`` does; steps before the next timed one.
         self.step_timer = step_timer
@@ -107,12 +110,25 @@ class _AsyncSlot:
         self.autoreset.explicitly_reset()
         env = self.live_env()
         obs, info = await env.reset(seed=seed, options=options)
+        self.last_obs = obs
         return obs, info, getattr(env, "np_random_seed", None)
 
     async def reset_instead_of_step(self, env: Any) -> Any:
         """The step after an episode's end, in next-step mode: a reset."""
         obs, info = await env.reset()
+        self.last_obs = obs
         return obs, 0.0, False, False, info, None
+
+    async def step_in_time(self, env: Any, action: Any) -> Any:
+        """``env.step(action)`` within its episode's time: cancelled when that runs out (the
+        step is then cut: the latest observation, truncated, ``info["episode_timeout"]``)."""
+        autoreset = self.autoreset
+        with anyio.move_on_after(max(0.0, autoreset.episode_time_left())):
+            obs, reward, terminated, truncated, info = await env.step(action)
+            truncated, info = autoreset.cut(terminated, truncated, info)
+            self.last_obs = obs
+            return obs, reward, terminated, truncated, info
+        return self.last_obs, 0.0, False, True, {EPISODE_TIMEOUT: True}
 
     async def reset_after_step(self, env: Any, outcome: Any) -> Any:
         """A step that ended its episode, in same-step mode: the reset's observation and
@@ -120,6 +136,7 @@ class _AsyncSlot:
         obs, reward, terminated, truncated, info, _ = outcome
         final = {"final_obs": obs, "final_info": info}
         obs, info = await env.reset()
+        self.last_obs = obs
         return obs, reward, terminated, truncated, info, final
 
     async def _call(self, request: CallRequest | None) -> Any:
@@ -270,8 +287,10 @@ class AsyncBackend(Backend):
     _hosts: _Hosts
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode, limits=limits)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits,
+                         episode_timeout=episode_timeout)
         self.max_concurrency = max_concurrency
         self._running = 0
         #: Slots whose next request waits for a free permit, first come first served.
@@ -294,7 +313,7 @@ class AsyncBackend(Backend):
     def _new_slot(self, env_index: int) -> _AsyncSlot:
         assert self.latencies is not None
         return _AsyncSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index),
-                          self.cleanups)
+                          self.cleanups, self.episode_timeout)
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
@@ -373,7 +392,9 @@ class AsyncBackend(Backend):
                             if autoreset.reset_instead_of_step():
                                 reply = await slot.reset_instead_of_step(env)
                             else:
-                                obs, reward, terminated, truncated, info = await env.step(payload)
+                                obs, reward, terminated, truncated, info = (
+                                    await env.step(payload) if autoreset.episode_timeout is None
+                                    else await slot.step_in_time(env, payload))
                                 reply = obs, reward, terminated, truncated, info, None
                                 if autoreset.reset_now(terminated, truncated):
                                     reply = await slot.reset_after_step(env, reply)

@@ -13,25 +13,57 @@ each host does the calls its own way::
             obs, info = env.reset()
 
 In ``DISABLED`` mode neither says reset: the core refuses to step an env that needs one.
+
+With an episode timeout (``episode_timeout=``), each episode's clock starts as its reset
+begins; a step that ends past it without ending the episode is cut: ``truncated`` with
+``info["episode_timeout"] = True`` (``cut``), and the rule above then resets as after any
+truncation.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["Autoreset"]
+__all__ = ["EPISODE_TIMEOUT", "Autoreset"]
+
+#: The info key of a step truncated by its episode's timeout (not by the env itself).
+EPISODE_TIMEOUT = "episode_timeout"
 
 
 class Autoreset:
-    """Whether the next step of one sub-env is a reset, and whether an ending step resets."""
+    """Whether the next step of one sub-env is a reset, and whether an ending step resets;
+    with ``episode_timeout`` seconds, whether a step ended its episode's time."""
 
-    __slots__ = ("_next_step", "_same_step", "pending")
+    __slots__ = ("_next_step", "_same_step", "episode_started", "episode_timeout", "pending")
 
-    def __init__(self, mode: AutoresetMode) -> None:
+    def __init__(self, mode: AutoresetMode, episode_timeout: float | None = None) -> None:
         self._next_step = mode is AutoresetMode.NEXT_STEP
         self._same_step = mode is AutoresetMode.SAME_STEP
         #: True when the next step must reset the env instead of stepping it (next-step mode).
         self.pending = False
+        #: Seconds an episode may last (``None``: no limit), and when this one began.
+        self.episode_timeout = episode_timeout
+        self.episode_started = 0.0
+
+    def _episode_begins(self) -> None:
+        if self.episode_timeout is not None:
+            self.episode_started = time.monotonic()
+
+    def episode_time_left(self) -> float:
+        """Seconds until this episode's timeout (needs one)."""
+        assert self.episode_timeout is not None
+        return self.episode_started + self.episode_timeout - time.monotonic()
+
+    def cut(self, terminated: bool, truncated: bool,
+            info: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """``(truncated, info)`` of a step that ended now: cut if its episode's time ran out
+        (needs an episode timeout; an episode the env ended itself is left as it is)."""
+        if terminated or truncated or self.episode_time_left() > 0:
+            return truncated, info
+        return True, {**info, EPISODE_TIMEOUT: True}
 
     def made(self) -> None:
         """A fresh env: in next-step mode its first step starts its first episode, exactly as
@@ -41,11 +73,13 @@ class Autoreset:
     def explicitly_reset(self) -> None:
         """``reset`` was called: nothing is owed any more."""
         self.pending = False
+        self._episode_begins()
 
     def reset_instead_of_step(self) -> bool:
         """True (once) when this step resets the env instead of stepping it."""
         if self.pending:
             self.pending = False
+            self._episode_begins()
             return True
         return False
 
@@ -54,6 +88,7 @@ class Autoreset:
         mode); in next-step mode, the next step will."""
         if terminated or truncated:
             if self._same_step:
+                self._episode_begins()
                 return True
             self.pending = self._next_step
         return False

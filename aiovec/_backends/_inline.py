@@ -75,10 +75,12 @@ class InlineBackend(Backend):
     in_process: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
         # One sub-env at a time whatever ``max_concurrency`` says: accepted, so switching a
         # vector env to "inline" for debugging needs no other change.
-        super().__init__(env_fns, autoreset_mode, limits=limits)
+        super().__init__(env_fns, autoreset_mode, limits=limits,
+                         episode_timeout=episode_timeout)
         #: Sub-envs run in the loop's thread, where a take cannot wait for a holder.
         self._taker = None if limits is None else limits.local_taker(can_wait=False)
         self.max_concurrency = max_concurrency
@@ -91,7 +93,7 @@ class InlineBackend(Backend):
         self._unserved = []
         self.latencies = LatencyLog.allocate(self.num_envs)
         self._slots = [EnvSlot(index, self.autoreset_mode, self.latencies.timer(index),
-                               self.cleanups)
+                               self.cleanups, self.episode_timeout)
                        for index in range(self.num_envs)]
         indices = range(self.num_envs)
         return self.submit(Op.MAKE, indices, self.env_fns)

@@ -40,11 +40,12 @@ class EnvSlot:
 
     def __init__(self, env_index: int, autoreset_mode: AutoresetMode,
                  step_timer: Callable[[float], int] | None = None,
-                 cleanups: CleanupTally | None = None) -> None:
+                 cleanups: CleanupTally | None = None,
+                 episode_timeout: float | None = None) -> None:
         self.env_index = env_index
         #: Where the sub-env's registered cleanups are counted (see ``_cleanups``).
         self.cleanups = cleanups or CleanupTally()
-        self.autoreset = Autoreset(autoreset_mode)
+        self.autoreset = Autoreset(autoreset_mode, episode_timeout)
         self.env: gym.Env[Any, Any] | None = None
         #: Records a timed step (called with its start, ``time.perf_counter``, after it) and
         #: says how many steps to leave untimed next (``_statistics.StepTimer``); ``None``:
@@ -114,6 +115,8 @@ class EnvSlot:
             obs, info = env.reset()
             return obs, 0.0, False, False, info, None
         obs, reward, terminated, truncated, info = env.step(action)
+        if autoreset.episode_timeout is not None:  # a step in progress runs to its end here
+            truncated, info = autoreset.cut(terminated, truncated, info)
         if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
             final = {"final_obs": obs, "final_info": info}
             obs, info = env.reset()

@@ -152,8 +152,10 @@ class ThreadBackend(Backend):
     in_process: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
-                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode, limits=limits)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits,
+                         episode_timeout=episode_timeout)
         self.max_concurrency = max_concurrency
         self._limiter = None if max_concurrency is None else threading.Semaphore(max_concurrency)
         self._permits: list[_Permit | None] = [None] * self.num_envs
@@ -181,7 +183,7 @@ class ThreadBackend(Backend):
     def _new_slot(self, env_index: int) -> EnvSlot:
         assert self.latencies is not None
         return EnvSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index),
-                       self.cleanups)
+                       self.cleanups, self.episode_timeout)
 
     def _start_thread(self, env_index: int) -> None:
         if self._limiter is not None:

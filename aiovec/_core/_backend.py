@@ -224,12 +224,15 @@ class Backend(abc.ABC):
         autoreset_mode: AutoresetMode,
         *,
         limits: SharedLimits | None = None,
+        episode_timeout: float | None = None,
         **options: Any,
     ) -> None:
         if options:
             raise TypeError(f"the {self.name} backend takes no options {sorted(options)}")
         #: The vector env's named limits (``limits=``), which its sub-envs' calls take from.
         self.limits = limits
+        #: Seconds an episode may last (``episode_timeout=``; ``_autoreset``), or ``None``.
+        self.episode_timeout = episode_timeout
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.autoreset_mode = autoreset_mode

@@ -90,6 +90,12 @@ class VectorOptions(SharedOptions, total=False):
     validate_actions: bool
     """Refuse any action outside the action space (``ValueError``) before anything is sent,
     not only a wrong batch size, shape or dtype (default ``False``)."""
+    episode_timeout: float | None
+    """Seconds an episode may last, from the start of its reset (default ``None``: no limit).
+    A step that ends past it is truncated, with ``infos["episode_timeout"]`` set (the env's
+    own truncations do not set it); on the async backend a step still running then is
+    cancelled and returns the latest observation. The sub-env then resets as after any
+    truncation."""
     limits: Mapping[str, Limit] | None
     """Named shared limits the sub-envs take with ``aiovec.limit(name)`` from inside their
     calls (``{"sandbox": aiovec.Limit(concurrency=64, rate=500)}``), one line per name for
@@ -116,7 +122,7 @@ DEFAULTS: Final[AsyncVectorOptions] = {
     "backend": "auto", "timeout": None, "close_timeout": 10.0, "restart": None,
     "max_concurrency": None, "max_in_flight": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None,
-    "batch_size": None, "validate_actions": False, "limits": None,
+    "batch_size": None, "validate_actions": False, "limits": None, "episode_timeout": None,
     "autoreset_mode": AutoresetMode.NEXT_STEP, "copy": True, "observation_mode": "same",
 }
 

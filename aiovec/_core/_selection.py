@@ -250,7 +250,9 @@ class BackendSelection:
         self.options = {key: value for key, value in options.items() if value is not None}
         self._env_fns = list(env_fns)
         self._autoreset_mode = autoreset_mode
-        free = backend == "auto" and set(self.options) <= {"max_concurrency", "limits"}
+        # "auto" stays free to choose (and to switch) with options every backend takes.
+        free = backend == "auto" and all(
+            set(BACKEND_OPTIONS.get(key, _REGISTRY)) == set(_REGISTRY) for key in self.options)
         #: "auto" could not tell coroutine envs made by plain callables: start finds out.
         self.may_switch_to_async = free and self.name != "async"
         self._measure = free and self.name == "process"

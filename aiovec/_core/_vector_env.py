@@ -136,7 +136,8 @@ class AsyncVectorEnv(FirstReadyCalls):
             "parent_worker": None if parent_worker is None else bool(parent_worker),
             "max_concurrency": check_count(given["max_concurrency"], "max_concurrency"),
             "address": given["address"], "actor_options": given["actor_options"],
-            "limits": self._limits or None}
+            "limits": self._limits or None,
+            "episode_timeout": check_timeout(given["episode_timeout"], "episode_timeout")}
         self._selection = BackendSelection(given["backend"], env_fns, backend_options,
                                            self.autoreset_mode)
         self._max_in_flight = check_count(given["max_in_flight"], "max_in_flight")

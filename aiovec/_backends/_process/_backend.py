@@ -90,8 +90,10 @@ class ProcessBackend(Backend):
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
                  max_concurrency: int | None = None, parent_worker: bool | None = None,
-                 limits: SharedLimits | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode, limits=limits)
+                 limits: SharedLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits,
+                         episode_timeout=episode_timeout)
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
         if not 1 <= self.num_workers <= self.num_envs:
@@ -139,7 +141,7 @@ class ProcessBackend(Backend):
         limits = None if self.limits is None else self.limits.for_workers()
         self._inits = [dumps((hosted.start, self.autoreset_mode.value,
                               cloudpickle.dumps([self.env_fns[i] for i in hosted]),
-                              registrations, limits))
+                              registrations, limits, self.episode_timeout))
                        for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)

@@ -144,13 +144,15 @@ class HostedEnvs:
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
                  autoreset_mode: AutoresetMode, *,
                  started: StartedProcesses | NoProcessTracking,
-                 guard: WriteGuard | None = None) -> None:
+                 guard: WriteGuard | None = None,
+                 episode_timeout: float | None = None) -> None:
         self.first_env = first_env
         #: A parent worker's: results are written only while the backend still reads them.
         self.guard = guard
         #: The sub-envs' cleanups run and failed here (reported in MAKE and CLOSE replies).
         self.cleanups = CleanupTally()
-        self.slots = [EnvSlot(first_env + offset, autoreset_mode, cleanups=self.cleanups)
+        self.slots = [EnvSlot(first_env + offset, autoreset_mode, cleanups=self.cleanups,
+                              episode_timeout=episode_timeout)
                       for offset in range(len(env_fns))]
         self.env_fns = env_fns
         #: What the sub-envs started: ended on close and restarts, counted until reported.
@@ -444,7 +446,8 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     kind, _, payload = recv_frame(sock)
     if kind is not Kind.INIT:
         raise RuntimeError(f"expected INIT, got {kind.name}")
-    first_env, autoreset_mode, env_fns_blob, registrations, limits = pickle.loads(payload)
+    (first_env, autoreset_mode, env_fns_blob, registrations, limits,
+     episode_timeout) = pickle.loads(payload)
     if not in_parent:
         install_registrations(registrations)  # before the factories: they may gym.make them
     taker = None if limits is None else SocketTaker(*limits)
@@ -457,7 +460,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
     worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode),
                          started=NoProcessTracking() if in_parent else StartedProcesses(),
-                         guard=guard)
+                         guard=guard, episode_timeout=episode_timeout)
     try:
         sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
         sequence, descriptor, layout = _recv_attach(sock)

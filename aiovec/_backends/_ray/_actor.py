@@ -59,7 +59,8 @@ class EnvHost:
 
     def __init__(self, autoreset_mode: str, env_fns: bytes, share: Sequence[int] = (),
                  batched_space: gym.Space[Any] | None = None,
-                 limits: WorkerLimits | None = None) -> None:
+                 limits: WorkerLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
         global IN_ACTOR
         IN_ACTOR = True
         # The vector env's named limits (``limits=``), taken over TCP from its limits thread.
@@ -70,6 +71,7 @@ class EnvHost:
         self._started = StartedProcesses(spare=() if keeper is None else (keeper,))
         self._cleanups = CleanupTally()
         self._autoreset_mode = AutoresetMode(autoreset_mode)
+        self._episode_timeout = episode_timeout
         self._env_fns_blob = env_fns
         self._env_fns: dict[int, Callable[[], Any]] | None = None
         self._slots: dict[int, EnvSlot] = {}
@@ -104,8 +106,9 @@ class EnvHost:
         for env_index in env_indices:
             slot = self._slots.get(env_index)
             if slot is None:
-                slot = self._slots[env_index] = EnvSlot(env_index, self._autoreset_mode,
-                                                        cleanups=self._cleanups)
+                slot = self._slots[env_index] = EnvSlot(
+                    env_index, self._autoreset_mode, cleanups=self._cleanups,
+                    episode_timeout=self._episode_timeout)
             with self._started.making(env_index):
                 replies.append(slot.run(Op.MAKE, env_fns[env_index]))
         return self._tallied(_portable("make", env_indices, replies))

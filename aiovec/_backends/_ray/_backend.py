@@ -273,8 +273,10 @@ class RayBackend(Backend):
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, address: str | None = None,
                  actor_options: ActorOptions | None = None,
-                 max_concurrency: int | None = None, limits: SharedLimits | None = None) -> None:
-        super().__init__(env_fns, autoreset_mode, limits=limits)
+                 max_concurrency: int | None = None, limits: SharedLimits | None = None,
+                 episode_timeout: float | None = None) -> None:
+        super().__init__(env_fns, autoreset_mode, limits=limits,
+                         episode_timeout=episode_timeout)
         if num_workers is not None and not 1 <= num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {num_workers}")
@@ -328,7 +330,7 @@ class RayBackend(Backend):
             **{**_DEFAULT_ACTOR_OPTIONS, **chosen},
             max_restarts=0, max_task_retries=0, max_concurrency=1,
         ).remote(self.autoreset_mode.value, self._blobs[index], share, self.batched_space,
-                 self._limits_here)
+                 self._limits_here, self.episode_timeout)
         return _Actor(index, share, handle)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
