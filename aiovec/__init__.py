@@ -11,6 +11,7 @@ from aiovec._exceptions import AiovecError as AiovecError
 from aiovec._exceptions import BusyError as BusyError
 from aiovec._exceptions import ClosedError as ClosedError
 from aiovec._exceptions import EnvTimeoutError as EnvTimeoutError
+from aiovec._exceptions import FailureBudgetError as FailureBudgetError
 from aiovec._exceptions import LimitError as LimitError
 from aiovec._exceptions import NothingSentError as NothingSentError
 from aiovec._exceptions import NotStartedError as NotStartedError
@@ -26,6 +27,8 @@ from aiovec._object_space import ObjectSpace as ObjectSpace
 if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._core._async_env import AsyncEnv as AsyncEnv
     from aiovec._core._cleanups import register_cleanup as register_cleanup
+    from aiovec._core._episodes import EpisodeCounts as EpisodeCounts
+    from aiovec._core._episodes import episode_outcomes as episode_outcomes
     from aiovec._core._first_ready import StepBatch as StepBatch
     from aiovec._core._restart import RestartPolicy as RestartPolicy
     from aiovec._core._statistics import LatencySummary as LatencySummary
@@ -53,6 +56,8 @@ __all__ = (
     "BusyError",
     "ClosedError",
     "EnvTimeoutError",
+    "EpisodeCounts",
+    "FailureBudgetError",
     "LatencySummary",
     "Limit",
     "LimitError",
@@ -74,6 +79,7 @@ __all__ = (
     "SubEnvErrorGroup",
     "VectorEnv",
     "WorkerDiedError",
+    "episode_outcomes",
     "limit",
     "make_async_vec",
     "make_vec",
@@ -87,6 +93,8 @@ __all__ = (
 _LAZY = {
     "AsyncEnv": "aiovec._core._async_env",
     "register_cleanup": "aiovec._core._cleanups",
+    "EpisodeCounts": "aiovec._core._episodes",
+    "episode_outcomes": "aiovec._core._episodes",
     "StepBatch": "aiovec._core._first_ready",
     "RestartPolicy": "aiovec._core._restart",
     "LatencySummary": "aiovec._core._statistics",

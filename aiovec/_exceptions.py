@@ -14,6 +14,7 @@ The tree, and who caused each error::
     ├── SubEnvError                  one sub-env failed; ``__cause__`` is its exception
     ├── SubEnvErrorGroup             every sub-env that failed in one call (an ExceptionGroup)
     ├── LimitError                   a sub-env took a limit its vector env does not declare
+    ├── FailureBudgetError           so many sub-envs failed that the restart policy stopped
     └── RemoteError                  a served session's server refused or failed a request
         └── ServerGoneError          the server closed the connection or cannot be reached
 
@@ -45,6 +46,7 @@ __all__ = [
     "BusyError",
     "ClosedError",
     "EnvTimeoutError",
+    "FailureBudgetError",
     "LimitError",
     "NotStartedError",
     "NothingSentError",
@@ -85,6 +87,26 @@ class LimitError(AiovecError):
     """A sub-env's code took a named limit (``aiovec.limit``) its vector env does not declare
     in ``limits=``, or one it could not wait for (the inline backend). Raised in the sub-env,
     it is that sub-env's failure."""
+
+
+class FailureBudgetError(AiovecError):
+    """The restart policy's failure budget is spent (``max_failures``,
+    ``max_failure_fraction``): the sub-envs that just failed were not restarted.
+
+    ``failures`` maps each to why it failed; ``reason`` says which budget ran out. They need a
+    reset (``unusable_envs``); every later failure raises this too. An outage stops the run
+    here instead of being retried forever.
+    """
+
+    def __init__(self, reason: str, failures: dict[int, str]) -> None:
+        self.reason = reason
+        self.failures = dict(failures)
+        super().__init__(f"the restart policy's failure budget is spent ({reason}): "
+                         f"sub-env(s) {_join_indices(sorted(self.failures))} failed and were "
+                         f"not restarted; the first: {next(iter(self.failures.values()), '')}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.failures))
 
 
 class ResetNeededError(AiovecError, _GymResetNeeded):

@@ -286,6 +286,7 @@ class Engine:
                     broken = _still_broken(broken, restarted)
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self._health.ended(results.terminations, results.truncations)
+            self._recovery.episodes.step(results.terminations, results.truncations, infos)
             # No local name for the batch: a raised error's frames must not pin shared memory.
             result = (
                 self._observations_for_caller(out),
@@ -387,7 +388,9 @@ class Engine:
         if self.autoreset_mode is AutoresetMode.DISABLED:
             done = batch.terminations | batch.truncations
             self._health.need_reset(batch.env_ids[done])
+        self._recovery.episodes.step(batch.terminations, batch.truncations, batch.infos)
         if broken:
+            self._recovery.episodes.failed(len(broken) - len(refused))
             # A refused send never reached its sub-env: it can step as it was.
             self._health.need_reset([index for index in broken if index not in refused])
             failures = sorted((reply for reply in replies if type(reply) is Failure
@@ -509,6 +512,8 @@ class Engine:
         """Raise for the broken sub-envs of a call; the healthy ones' results ride along."""
         if operation in ("step", "reset"):
             self._health.need_reset(list(broken))
+        if operation == "step":  # (a reset that fails ends no episode: none had begun)
+            self._recovery.episodes.failed(len(broken))
         raise call_error(operation, in_flight, broken, partial_result)
 
     async def _restart(

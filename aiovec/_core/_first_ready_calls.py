@@ -320,6 +320,7 @@ class FirstReadyCalls(Engine):
             first.running_on.update(self._backend.abort_steps(steps))
         self._health.need_reset(owed)
         self._counters.aborts += len(owed)
+        self._recovery.episodes.abort(len(owed))
         if first.receiving:  # it may wait for what was aborted: it counts again
             first.arrivals.wake()
             self._signal_changed()

@@ -18,12 +18,14 @@ import anyio
 import numpy as np
 
 from aiovec._core._backend import Backend
+from aiovec._core._episodes import EpisodeTally
 from aiovec._core._health import Health
 from aiovec._core._in_flight import START_TIMEOUT, CallerDeadline
 from aiovec._core._requests import Failure, Op, Remade
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import Restarts
 from aiovec._core._statistics import Counters, StepCounts
+from aiovec._exceptions import FailureBudgetError
 
 __all__ = ["Recovery"]
 
@@ -53,6 +55,12 @@ class Recovery:
         #: Steps each sub-env returned (``step`` and ``recv`` calls that returned), to tell
         #: restarts in a row.
         self.env_steps = StepCounts(num_envs)
+        #: How episodes ended (``statistics().episodes``), and the failures the policy's
+        #: budget counts.
+        self.episodes = EpisodeTally(
+            None if policy is None or policy.max_failure_fraction is None
+            else policy.failure_window)
+        self.failures = 0
 
     def make_deadline(self) -> float | None:
         """How long making sub-envs may take: the policy's ``make_timeout``, else
@@ -105,6 +113,7 @@ class Recovery:
         """
         policy = self.policy
         assert policy is not None
+        self._spend_budget(policy, broken)
         reasons = dict(broken)
         restarted: Restarts = {}
         while reasons:
@@ -165,6 +174,15 @@ class Recovery:
                 restarted.pop(index, None)
             reasons = {index: reasons[index] for index in failed}
         return restarted
+
+    def _spend_budget(self, policy: RestartPolicy, broken: dict[int, str]) -> None:
+        """Count ``broken`` against the policy's failure budget; past it, they are lost and
+        ``FailureBudgetError`` is raised instead of restarting them."""
+        self.failures += len(broken)
+        why = policy.budget_spent(self.failures, [*self.episodes.recent, *[True] * len(broken)])
+        if why is not None:
+            self.episodes.failed(len(broken))
+            raise FailureBudgetError(why, broken)
 
     def _count_restart(self, env_index: int) -> int:
         """Count one restart of ``env_index`` → how many it has had in a row, no step of its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiovec._core._arguments import check_timeout
@@ -20,6 +21,11 @@ class RestartPolicy:
     policy. A sub-env that breaks again before completing a step waits ``backoff`` seconds,
     doubling (``backoff_factor``) up to ``max_backoff``, before its next attempt.
     ``make_timeout`` bounds each attempt to make (and, in same-step mode, reset) it.
+
+    The failure budget of the whole vector env: past ``max_failures`` failures in all, or
+    once more than ``max_failure_fraction`` of the last ``failure_window`` episodes to end
+    were lost to failures, a failure is not restarted: ``FailureBudgetError`` is raised
+    instead (an outage should stop a run, not be retried forever). ``None``: no such limit.
     """
 
     max_restarts: int | None = 10
@@ -27,6 +33,9 @@ class RestartPolicy:
     backoff_factor: float = 2.0
     max_backoff: float = 10.0
     make_timeout: float | None = 60.0
+    max_failures: int | None = None
+    max_failure_fraction: float | None = None
+    failure_window: int = 100
 
     def __post_init__(self) -> None:
         if self.max_restarts is not None and self.max_restarts < 0:
@@ -37,8 +46,30 @@ class RestartPolicy:
                 raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         if self.backoff_factor < 1:
             raise ValueError(f"backoff_factor must be >= 1, got {self.backoff_factor}")
+        if self.max_failures is not None and self.max_failures < 0:
+            raise ValueError(f"max_failures must be >= 0 or None, got {self.max_failures}")
+        fraction = self.max_failure_fraction
+        if fraction is not None and not (isinstance(fraction, (int, float))
+                                         and 0 <= fraction < 1):
+            raise ValueError(f"max_failure_fraction must be in [0, 1) or None, got {fraction!r}")
+        if isinstance(self.failure_window, bool) or not (
+                isinstance(self.failure_window, int) and self.failure_window >= 1):
+            raise ValueError(f"failure_window must be a positive int, got "
+                             f"{self.failure_window!r}")
         # A deadline like any other: the one rule (``True`` is not one second).
         object.__setattr__(self, "make_timeout", check_timeout(self.make_timeout, "make_timeout"))
+
+    def budget_spent(self, failures: int, recent: Sequence[bool]) -> str | None:
+        """Why ``failures`` failures in all, with ``recent`` the last episode ends (True:
+        lost to a failure; the newest last), are past the failure budget; ``None``: within."""
+        if self.max_failures is not None and failures > self.max_failures:
+            return f"{failures} failures, max_failures={self.max_failures}"
+        window = list(recent)[-self.failure_window:]
+        if (self.max_failure_fraction is not None and len(window) == self.failure_window
+                and sum(window) > self.max_failure_fraction * self.failure_window):
+            return (f"{sum(window)} of the last {self.failure_window} episodes lost to "
+                    f"failures, max_failure_fraction={self.max_failure_fraction:g}")
+        return None
 
     def delay(self, consecutive: int) -> float:
         """Seconds to wait before the ``consecutive``-th attempt in a row (the first: none)."""

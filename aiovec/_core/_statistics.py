@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from aiovec._core._episodes import EpisodeCounts
 from aiovec._core._requests import NO_REPLY, Failure
 from aiovec._exceptions import EnvTimeoutError, WorkerDiedError
 from aiovec._limits._limit import LimitUsage
@@ -97,7 +98,8 @@ class Statistics:
     ``backend_reason`` say where the sub-envs run and why (what ``"auto"`` measured);
     ``aborts`` counts sub-envs whose first-ready step (queued, stepping or waiting for
     ``recv``) was dropped by ``abort`` (not errors, timeouts nor restarts); ``limits`` has one
-    ``LimitUsage`` per named limit (``limits=``): held and waiting now, taken and waited so far.
+    ``LimitUsage`` per named limit (``limits=``): held and waiting now, taken and waited so far;
+    ``episodes`` counts the episodes ended, by how (``aiovec.episode_outcomes``).
     """
 
     steps: int
@@ -114,6 +116,7 @@ class Statistics:
     backend_reason: str = ""
     aborts: int = 0
     limits: Mapping[str, LimitUsage] = field(default_factory=dict)
+    episodes: EpisodeCounts = field(default_factory=EpisodeCounts)
 
 
 class StepCounts:

@@ -306,18 +306,16 @@ class AsyncVectorEnv(FirstReadyCalls):
         step latency (``LatencySummary`` says how); cheap: no I/O."""
         counters = self._counters
         return Statistics(
-            steps=counters.steps,
-            resets=counters.resets,
-            errors=counters.errors,
-            timeouts=counters.timeouts,
-            restarts=counters.restarts,
+            steps=counters.steps, resets=counters.resets, errors=counters.errors,
+            timeouts=counters.timeouts, restarts=counters.restarts,
             abandoned_threads=self._backend.abandoned_threads(),
             step_latency=self._final_latency or self._latency_summaries(),
             descendants_reaped=self._backend.descendants_reaped,
             cleanups_run=self._backend.cleanups.run,
             cleanups_failed=self._backend.cleanups.failed,
             backend=self.backend_name, backend_reason=self.backend_reason,
-            aborts=counters.aborts, limits=self._limits.usage())
+            aborts=counters.aborts, limits=self._limits.usage(),
+            episodes=self._recovery.episodes.counts())
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
         latencies, counts = self._backend.latencies, self._step_counts
