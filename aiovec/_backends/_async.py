@@ -35,7 +35,7 @@ from aiovec._backends._autoreset import EPISODE_TIMEOUT, Autoreset
 from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
-from aiovec._core._cleanups import CleanupTally, run_cleanups, take_cleanups
+from aiovec._core._cleanups import CleanupTally, run_cleanups_async, take_cleanups
 from aiovec._core._requests import NO_REPLY, CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._limits._shared import SharedLimits
@@ -166,10 +166,9 @@ class _AsyncSlot:
                     await result
             finally:
                 cleanups = take_cleanups(env)
-                if cleanups:  # bounded, blocking: off the loop, and even if cancelled
+                if cleanups:  # bounded, and even if cancelled (shielded)
                     with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(run_cleanups, cleanups, self.env_index,
-                                                       self.cleanups)
+                        await run_cleanups_async(cleanups, self.env_index, self.cleanups)
 
 
 _HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {

@@ -15,14 +15,16 @@ that the server never runs it a second time (``set_forwarder``).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["CLEANUP_TIMEOUT", "Cleanup", "CleanupTally", "register_cleanup", "run_bounded",
            "run_cleanups", "set_forwarder", "take_cleanups"]
@@ -81,8 +83,11 @@ def register_cleanup(env: Any, cleanup: Callable[[], object], *,
     Call it from the env (``aiovec.register_cleanup(self, ...)``) for what dies with no
     process: a container, a remote session, a temporary directory, a licence. ``cleanup`` takes
     no arguments (use ``functools.partial``) and must pickle (cloudpickle) on the process
-    backend. It runs within ``timeout`` seconds or is reported as failed (logged, and counted
-    in ``statistics().cleanups_failed``). Outside a vector env nothing runs it.
+    backend. It may be a coroutine function (``async def``, a sandbox lease's delete): on the
+    async backend it is awaited on the sub-env's event loop, shielded from cancellation;
+    elsewhere (a worker, a thread, a fork server) in an event loop of its own. It runs within
+    ``timeout`` seconds or is reported as failed (logged, and counted in
+    ``statistics().cleanups_failed``). Outside a vector env nothing runs it.
     """
     if not callable(cleanup):
         raise TypeError(f"cleanup must be callable, got {type(cleanup).__name__}")
@@ -126,6 +131,43 @@ def run_cleanups(cleanups: list[Cleanup], env_index: int, tally: CleanupTally) -
         tally.add(int(ok), int(not ok))
 
 
+async def _awaited(awaitable: Awaitable[object]) -> None:
+    await awaitable
+
+
+def is_async(cleanup: Cleanup) -> bool:
+    """True for a coroutine function (or a ``functools.partial`` of one)."""
+    return inspect.iscoroutinefunction(cleanup.function)
+
+
+async def run_cleanups_async(cleanups: list[Cleanup], env_index: int,
+                             tally: CleanupTally) -> None:
+    """``run_cleanups`` from an event loop (the async backend): coroutine cleanups awaited on
+    it, each within its bound and shielded (a cancelled close still runs them), the others
+    in a thread as ``run_cleanups`` runs them."""
+    import anyio
+    import anyio.to_thread
+
+    for cleanup in cleanups:
+        what = f"cleanup {cleanup.description} of sub-env {env_index}"
+        if not is_async(cleanup):
+            ok = await anyio.to_thread.run_sync(run_bounded, cleanup.function, cleanup.timeout,
+                                                what)
+        else:
+            ok = False
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(cleanup.timeout) as bound:
+                    try:
+                        await cast(Awaitable[object], cleanup.function())
+                        ok = True
+                    except Exception:
+                        logger.warning("aiovec: %s raised", what, exc_info=True)
+            if bound.cancelled_caught:
+                logger.warning("aiovec: %s did not finish within %s s: cancelled", what,
+                               cleanup.timeout)
+        tally.add(int(ok), int(not ok))
+
+
 def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bool:
     """Run ``function()`` in a thread for at most ``timeout`` seconds; False (and a log
     record) if it raised or is still running, in which case it is abandoned."""
@@ -133,7 +175,9 @@ def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bo
 
     def run() -> None:
         try:
-            function()
+            result = function()
+            if inspect.isawaitable(result):  # an async cleanup, here in a loop of its own
+                asyncio.run(_awaited(result))
         except BaseException as error:
             failure.append(error)
 

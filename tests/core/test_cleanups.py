@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -41,6 +44,16 @@ def remove_directory(directory: str, record: str) -> None:
         os.write(fd, f"{os.path.basename(directory)}\n".encode())
     finally:
         os.close(fd)
+
+
+async def remove_directory_later(directory: str, record: str) -> None:
+    """An async cleanup (a sandbox's delete): yields to its event loop first."""
+    await anyio.lowlevel.checkpoint()
+    remove_directory(directory, record)
+
+
+async def hang_async() -> None:
+    await anyio.sleep(HANG)
 
 
 def fail(message: str) -> None:
@@ -70,6 +83,9 @@ class DirectoryEnv(FaultyEnv):
         os.mkdir(self.directory)
         if cleanup == "unpicklable":
             cleanup = threading.Lock().acquire
+        elif cleanup == "async":
+            cleanup = functools.partial(remove_directory_later, self.directory,
+                                        f"{root}/record")
         aiovec.register_cleanup(
             self, cleanup or functools.partial(remove_directory, self.directory,
                                                f"{root}/record"),
@@ -253,3 +269,92 @@ async def test_an_abandoned_thread_envs_cleanup_runs_at_close(tmp_path: Path,
         if thread.name.startswith("aiovec-"):
             thread.join(10)
     assert len(record(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_an_async_cleanup_runs_once_on_restart_and_close(backend: str, tmp_path: Path,
+                                                               no_leaks: None) -> None:
+    """``async def`` cleanups: awaited on the loop (async backend), in a loop of their own
+    elsewhere; once per instance, on restart and on close."""
+    factories = directory_envs(tmp_path, 2, cleanup="async")
+    factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup="async",
+                                     faults=[Fault("raise", "step", at=1)])
+    async with aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend,
+                                     restart=True) as envs:
+        await envs.reset(seed=0)
+        old = directories(tmp_path)
+        await envs.step(np.ones(2))
+        await envs.step(np.ones(2))  # sub-env 0 raises: restarted
+        (removed,) = set(old) - set(directories(tmp_path))
+        assert removed.startswith("0-") and record(tmp_path) == [removed]
+    assert directories(tmp_path) == [] and len(set(record(tmp_path))) == 3
+    assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (3, 0)
+
+
+class LeasingEnv(aiovec.AsyncEnv[np.ndarray, int]):
+    """A coroutine env holding a lease (a directory) from its making; action 1 hangs."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, root: str, removed: anyio.Event) -> None:
+        self.directory = f"{root}/lease-{os.getpid()}-{id(self)}"
+        os.mkdir(self.directory)
+        aiovec.register_cleanup(self, functools.partial(self.remove, self.directory,
+                                                        f"{root}/record", removed))
+
+    @staticmethod
+    async def remove(directory: str, record: str, removed: anyio.Event) -> None:
+        await remove_directory_later(directory, record)
+        removed.set()
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        return np.zeros(1, np.float32), {}
+
+    async def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if action == 1:
+            await anyio.sleep(HANG * 10)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+async def test_an_async_cleanup_runs_after_a_deadline_on_the_async_backend(
+        tmp_path: Path, no_leaks: None) -> None:
+    """A hung coroutine sub-env is cancelled at its deadline and restarted: its lease's
+    async cleanup runs then, on the loop."""
+    removed = anyio.Event()
+    async with aiovec.AsyncVectorEnv([functools.partial(LeasingEnv, str(tmp_path), removed)],
+                                     backend="async", restart=True, timeout=1.0) as envs:
+        await envs.reset(seed=0)
+        (first,) = directories(tmp_path)
+        _, _, _, truncated, infos = await envs.step(np.ones(1, np.int64))
+        assert truncated.tolist() == [True] and "1 s" in infos["restart"][0]
+        # The given-up instance closes on a host task of its own, its cleanup then.
+        with anyio.fail_after(15):
+            await removed.wait()
+        assert record(tmp_path) == [first]
+    assert len(set(record(tmp_path))) == 2
+
+
+async def test_the_fork_server_runs_a_dead_workers_async_cleanup(tmp_path: Path,
+                                                                 no_leaks: None) -> None:
+    async with aiovec.AsyncVectorEnv(directory_envs(tmp_path, 2, cleanup="async"),
+                                     backend="process", num_workers=2, restart=True) as envs:
+        await envs.reset(seed=0)
+        (_, second) = directories(tmp_path)
+        os.kill(int(second.split("-")[1]), signal.SIGKILL)
+        assert wait_for_records(tmp_path, 1) == [second]
+    assert directories(tmp_path) == [] and len(set(record(tmp_path))) == 2
+
+
+async def test_an_async_cleanup_past_its_bound_is_cancelled_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, no_leaks: None) -> None:
+    factories = [functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup_timeout=0.5,
+                                   cleanup=hang_async)]
+    envs = aiovec.AsyncVectorEnv(for_backend("async", factories), backend="async")
+    async with envs:
+        await envs.reset(seed=0)
+        started = time.monotonic()
+    assert time.monotonic() - started < HANG - 1
+    assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (0, 1)
+    assert "did not finish within 0.5 s" in caplog.text
