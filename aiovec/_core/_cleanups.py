@@ -149,6 +149,8 @@ async def run_cleanups_async(cleanups: list[Cleanup], env_index: int,
     import anyio.to_thread
 
     for cleanup in cleanups:
+        if _forwarder is not None:  # (this process is supervised itself: claimed first)
+            _forwarder("claim", cleanup)
         what = f"cleanup {cleanup.description} of sub-env {env_index}"
         if not is_async(cleanup):
             ok = await anyio.to_thread.run_sync(run_bounded, cleanup.function, cleanup.timeout,

@@ -60,7 +60,8 @@ SCRIPT = textwrap.dedent("""
                 restarted += [int(env_id) for env_id, note in zip(batch.env_ids, notes) if note]
             # Sub-env 0 shares the dead worker: it is made afresh too.
             assert sorted(seen) == [0, 1, 2, 3] and sorted(restarted) == [0, 1], (seen, restarted)
-            assert stepping[0] == 4 and stepping[-1] == 0, stepping
+            # (Two readings: a result landing between them counts in both, never in neither.)
+            assert stepping[0] >= 4 and stepping[-1] == 0, stepping
             await envs.step(np.ones(4, np.int64))
             assert envs.statistics().restarts == 2
         print("async", loop, start_method, "ok")
