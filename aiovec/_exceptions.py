@@ -95,8 +95,11 @@ class FailureBudgetError(AiovecError):
 
     ``failures`` maps each to why it failed; ``reason`` says which budget ran out. They need a
     reset (``unusable_envs``); every later failure raises this too. An outage stops the run
-    here instead of being retried forever.
+    here instead of being retried forever. Its ``__cause__`` is the error the call would have
+    raised without a policy; ``partial_result`` holds the healthy sub-envs' results.
     """
+
+    partial_result: Any = None
 
     def __init__(self, reason: str, failures: dict[int, str]) -> None:
         self.reason = reason

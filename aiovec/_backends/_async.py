@@ -35,7 +35,12 @@ from aiovec._backends._autoreset import EPISODE_TIMEOUT, Autoreset
 from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
-from aiovec._core._cleanups import CleanupTally, run_cleanups_async, take_cleanups
+from aiovec._core._cleanups import (
+    CleanupTally,
+    cleanups_finished,
+    run_cleanups_async,
+    take_cleanups,
+)
 from aiovec._core._requests import NO_REPLY, CallRequest, EnvDescription, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._limits._shared import SharedLimits
@@ -501,6 +506,7 @@ class AsyncBackend(Backend):
             self._hosts_ended = anyio.Event()
             with anyio.move_on_after(_UNWIND_TIMEOUT):
                 await self._hosts_ended.wait()
+        await cleanups_finished()  # those of cancelled hosts (each within its bound)
 
     def _cancel_all(self) -> None:
         self._cancelled_all = True

@@ -131,8 +131,8 @@ def run_cleanups(cleanups: list[Cleanup], env_index: int, tally: CleanupTally) -
         tally.add(int(ok), int(not ok))
 
 
-async def _awaited(awaitable: Awaitable[object]) -> None:
-    await awaitable
+async def _awaited(awaitable: Awaitable[object], timeout: float) -> None:
+    await asyncio.wait_for(awaitable, timeout)  # cancelled at its bound, not left running
 
 
 def is_async(cleanup: Cleanup) -> bool:
@@ -140,11 +140,47 @@ def is_async(cleanup: Cleanup) -> bool:
     return inspect.iscoroutinefunction(cleanup.function)
 
 
+#: asyncio tasks running the cleanups of a host that was cancelled meanwhile (asyncio cancels
+#: a task past any shield of anyio's): ``cleanups_finished`` awaits them.
+_detached: set[asyncio.Task[None]] = set()
+
+
 async def run_cleanups_async(cleanups: list[Cleanup], env_index: int,
                              tally: CleanupTally) -> None:
     """``run_cleanups`` from an event loop (the async backend): coroutine cleanups awaited on
-    it, each within its bound and shielded (a cancelled close still runs them), the others
-    in a thread as ``run_cleanups`` runs them."""
+    it, each within its bound, the others in a thread as ``run_cleanups`` runs them; all of
+    them even if the caller is cancelled (on asyncio, in a task of their own that carries on:
+    ``cleanups_finished``)."""
+    import anyio
+    import sniffio
+
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            await _run_each(cleanups, env_index, tally)
+        return
+    task = asyncio.get_running_loop().create_task(_run_each(cleanups, env_index, tally))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            _detached.add(task)
+            task.add_done_callback(_detached.discard)
+        raise
+
+
+async def cleanups_finished() -> None:
+    """Return once the cleanups carried on past their cancelled hosts in this event loop
+    have run (each is bounded)."""
+    import sniffio
+
+    if sniffio.current_async_library() == "asyncio":
+        loop = asyncio.get_running_loop()
+        mine = [task for task in _detached if task.get_loop() is loop]
+        if mine:
+            await asyncio.wait(mine)
+
+
+async def _run_each(cleanups: list[Cleanup], env_index: int, tally: CleanupTally) -> None:
     import anyio
     import anyio.to_thread
 
@@ -157,13 +193,12 @@ async def run_cleanups_async(cleanups: list[Cleanup], env_index: int,
                                                 what)
         else:
             ok = False
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(cleanup.timeout) as bound:
-                    try:
-                        await cast(Awaitable[object], cleanup.function())
-                        ok = True
-                    except Exception:
-                        logger.warning("aiovec: %s raised", what, exc_info=True)
+            with anyio.move_on_after(cleanup.timeout) as bound:
+                try:
+                    await cast(Awaitable[object], cleanup.function())
+                    ok = True
+                except Exception:
+                    logger.warning("aiovec: %s raised", what, exc_info=True)
             if bound.cancelled_caught:
                 logger.warning("aiovec: %s did not finish within %s s: cancelled", what,
                                cleanup.timeout)
@@ -179,7 +214,7 @@ def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bo
         try:
             result = function()
             if inspect.isawaitable(result):  # an async cleanup, here in a loop of its own
-                asyncio.run(_awaited(result))
+                asyncio.run(_awaited(result, timeout))
         except BaseException as error:
             failure.append(error)
 

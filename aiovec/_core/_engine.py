@@ -404,7 +404,7 @@ class Engine:
             else:
                 error = error_group("step", failures)
             error.partial_result = batch
-            raise error
+            raise self._recovery.spent(error)
         self._counters.steps += 1
         self._recovery.env_steps.add(env_ids)
         return batch
@@ -422,6 +422,7 @@ class Engine:
                 first.ready[env_index] = Restarted(reply, reason)
             else:
                 self._restart_notes[env_index] = reason
+                self._recovery.episodes.failed(1)  # its episode is lost now (next result: new)
 
     async def _gather(self, in_flight: InFlight,
                       timeout: Timeout) -> tuple[list[Any], dict[int, str]]:
@@ -514,7 +515,7 @@ class Engine:
             self._health.need_reset(list(broken))
         if operation == "step":  # (a reset that fails ends no episode: none had begun)
             self._recovery.episodes.failed(len(broken))
-        raise call_error(operation, in_flight, broken, partial_result)
+        raise self._recovery.spent(call_error(operation, in_flight, broken, partial_result))
 
     async def _restart(
         self, broken: dict[int, str], reset_payloads: dict[int, Any] | None,

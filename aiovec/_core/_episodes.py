@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +30,25 @@ LOST = "lost"
 OUTCOMES = ("", FINISHED, TRUNCATED, TIMED_OUT, LOST)
 
 
-def _mask(infos: dict[str, Any], key: str, size: int) -> np.ndarray[Any, Any]:
-    mask = infos.get(f"_{key}")
-    if mask is None:
-        final = infos.get("final_info")  # same-step autoreset: the ended step's infos
-        mask = final.get(f"_{key}") if isinstance(final, dict) else None
-    return np.zeros(size, bool) if mask is None else np.asarray(mask, bool)
+def _flagged(infos: dict[str, Any], key: str, size: int,
+             says: Callable[[Any], bool]) -> np.ndarray[Any, Any]:
+    """The rows whose ``infos[key]`` aiovec set: present (its ``_key`` mask) and saying so
+    (``says``: an env may use the same key for something else)."""
+    for where in (infos, infos.get("final_info")):  # same-step: the ended step's infos
+        if isinstance(where, dict) and f"_{key}" in where:
+            present: np.ndarray[Any, Any] = np.asarray(where[f"_{key}"], bool)
+            said = np.fromiter((says(value) for value in where[key]), bool, size)
+            flagged: np.ndarray[Any, Any] = present & said
+            return flagged
+    return np.zeros(size, bool)
+
+
+def _is_note(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or value is np.True_
 
 
 def episode_outcomes(terminations: Any, truncations: Any,
@@ -43,7 +57,7 @@ def episode_outcomes(terminations: Any, truncations: Any,
     ``"truncated"``, ``"episode_timeout"``, ``"lost"``, or ``""`` (it goes on).
 
     ``"lost"`` marks episodes the infrastructure cut (the row's sub-env was restarted:
-    ``infos["restart"]`` says why). Keep them out of group baselines, say
+    ``infos["restart"]`` says why, and ``truncated`` is set). Keep them out of group baselines, say
     ``valid = outcomes != "lost"``; ``statistics().episodes`` counts the same way.
     """
     terminations = np.asarray(terminations, bool)
@@ -51,9 +65,11 @@ def episode_outcomes(terminations: Any, truncations: Any,
     size = terminations.shape[0]
     outcomes = np.full(size, "", dtype=f"<U{len(TIMED_OUT)}")
     outcomes[truncations] = TRUNCATED
-    outcomes[truncations & _mask(infos, "episode_timeout", size)] = TIMED_OUT
+    outcomes[truncations & _flagged(infos, "episode_timeout", size, _is_true)] = TIMED_OUT
     outcomes[terminations] = FINISHED
-    outcomes[_mask(infos, "restart", size)] = LOST
+    # A restart cuts the row's episode short (truncated); a row noting a restart that
+    # happened while its sub-env was idle starts a new episode (that loss was counted then).
+    outcomes[(terminations | truncations) & _flagged(infos, "restart", size, _is_note)] = LOST
     return outcomes
 
 

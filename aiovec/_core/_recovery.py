@@ -61,6 +61,9 @@ class Recovery:
             None if policy is None or policy.max_failure_fraction is None
             else policy.failure_window)
         self.failures = 0
+        #: Set when a restart found the failure budget spent: the caller raises it (``spent``)
+        #: from the error it raises for the failed sub-envs, as when one is out of restarts.
+        self._spent: FailureBudgetError | None = None
 
     def make_deadline(self) -> float | None:
         """How long making sub-envs may take: the policy's ``make_timeout``, else
@@ -113,7 +116,8 @@ class Recovery:
         """
         policy = self.policy
         assert policy is not None
-        self._spend_budget(policy, broken)
+        if not self._within_budget(policy, broken):
+            return None
         reasons = dict(broken)
         restarted: Restarts = {}
         while reasons:
@@ -175,14 +179,25 @@ class Recovery:
             reasons = {index: reasons[index] for index in failed}
         return restarted
 
-    def _spend_budget(self, policy: RestartPolicy, broken: dict[int, str]) -> None:
-        """Count ``broken`` against the policy's failure budget; past it, they are lost and
-        ``FailureBudgetError`` is raised instead of restarting them."""
+    def _within_budget(self, policy: RestartPolicy, broken: dict[int, str]) -> bool:
+        """Count ``broken`` against the policy's failure budget; past it, note the error for
+        the caller to raise (``spent``) and restart nothing."""
         self.failures += len(broken)
         why = policy.budget_spent(self.failures, [*self.episodes.recent, *[True] * len(broken)])
         if why is not None:
-            self.episodes.failed(len(broken))
-            raise FailureBudgetError(why, broken)
+            self._spent = FailureBudgetError(why, broken)
+        return why is None
+
+    def spent(self, error: BaseException) -> BaseException:
+        """The error to raise for a call whose failed sub-envs were not restarted: ``error``,
+        or the ``FailureBudgetError`` that stopped the restarts (caused by it, carrying its
+        ``partial_result``)."""
+        spent, self._spent = self._spent, None
+        if spent is None:
+            return error
+        spent.__cause__ = error
+        spent.partial_result = getattr(error, "partial_result", None)
+        return spent
 
     def _count_restart(self, env_index: int) -> int:
         """Count one restart of ``env_index`` → how many it has had in a row, no step of its

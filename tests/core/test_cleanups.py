@@ -52,6 +52,10 @@ async def remove_directory_later(directory: str, record: str) -> None:
     remove_directory(directory, record)
 
 
+async def remove_directory_slowly(directory: str, record: str) -> None:
+    await anyio.sleep(1.0)  # a slow delete: longer than the close waits for the host
+    remove_directory(directory, record)
+
 async def hang_async() -> None:
     await anyio.sleep(HANG)
 
@@ -83,9 +87,10 @@ class DirectoryEnv(FaultyEnv):
         os.mkdir(self.directory)
         if cleanup == "unpicklable":
             cleanup = threading.Lock().acquire
-        elif cleanup == "async":
-            cleanup = functools.partial(remove_directory_later, self.directory,
-                                        f"{root}/record")
+        elif cleanup in ("async", "slow-async"):
+            cleanup = functools.partial(
+                remove_directory_later if cleanup == "async" else remove_directory_slowly,
+                self.directory, f"{root}/record")
         aiovec.register_cleanup(
             self, cleanup or functools.partial(remove_directory, self.directory,
                                                f"{root}/record"),
@@ -358,3 +363,20 @@ async def test_an_async_cleanup_past_its_bound_is_cancelled_and_counted(
     assert time.monotonic() - started < HANG - 1
     assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (0, 1)
     assert "did not finish within 0.5 s" in caplog.text
+
+
+
+async def test_an_async_cleanup_outlives_its_cancelled_host(tmp_path: Path,
+                                                            no_leaks: None) -> None:
+    """Closing waits ``close_timeout`` for the sub-envs, then cancels their hosts: a cleanup
+    under way runs on to its end (asyncio cancels a task through any shield of anyio's, so
+    it runs in a task of its own), and close returns once it did."""
+    factories = [functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup_timeout=10,
+                                   cleanup="slow-async")]
+    envs = aiovec.AsyncVectorEnv(for_backend("async", factories), backend="async",
+                                 close_timeout=0.2)
+    async with envs:
+        await envs.reset(seed=0)
+        (made,) = directories(tmp_path)
+    assert record(tmp_path) == [made] and directories(tmp_path) == []
+    assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (1, 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import pickle
 import time
 from typing import Any
@@ -195,3 +196,72 @@ def test_episode_outcomes_reads_same_step_infos_and_pickles_its_error() -> None:
 def test_the_counts_start_at_zero() -> None:
     envs = aiovec.AsyncVectorEnv([functools.partial(OutcomeEnv)], backend="inline")
     assert envs.statistics().episodes == aiovec.EpisodeCounts()
+
+
+class CrashEnv(OutcomeEnv):
+    """Action 4 ends its worker process at once."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if action == HANG:
+            os._exit(3)
+        return super().step(action)
+
+
+async def test_a_sub_env_restarted_while_idle_loses_its_episode_then(no_leaks: None) -> None:
+    """Sub-env 1 shares the worker sub-env 0 kills: it is made afresh while idle, so its
+    episode is lost then; its next result notes the restart but starts a new episode."""
+    async with aiovec.AsyncVectorEnv([CrashEnv] * 2, backend="process", num_workers=1,
+                                     restart=True, timeout=60) as envs:
+        await envs.reset(seed=0)
+        envs.send(np.array([HANG]), env_ids=[0])
+        batch = await envs.recv(batch_size=1)
+        assert aiovec.episode_outcomes(batch.terminations, batch.truncations,
+                                       batch.infos).tolist() == ["lost"]
+        assert envs.statistics().episodes.lost == 2  # both episodes ended with the worker
+        envs.send(np.array([GO_ON]), env_ids=[1])
+        batch = await envs.recv(batch_size=1)
+        assert "restart" in batch.infos and not batch.truncations.any()
+        assert aiovec.episode_outcomes(batch.terminations, batch.truncations,
+                                       batch.infos).tolist() == [""]
+        assert envs.statistics().episodes.lost == 2
+
+
+class ClashingInfoEnv(OutcomeEnv):
+    """Its infos use aiovec's own key names, with values of its own."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"restart": False, "episode_timeout": False}
+
+
+async def test_an_envs_own_info_keys_are_not_taken_for_aiovecs() -> None:
+    async with aiovec.AsyncVectorEnv([ClashingInfoEnv] * 3, backend="inline") as envs:
+        await envs.reset(seed=0)
+        _, _, terminations, truncations, infos = await envs.step(
+            np.array([GO_ON, TERMINATE, TRUNCATE]))
+        assert aiovec.episode_outcomes(terminations, truncations, infos).tolist() == [
+            "", "finished", "truncated"]
+        assert envs.statistics().episodes == aiovec.EpisodeCounts(finished=1, truncated=1)
+
+
+async def test_a_spent_budget_keeps_the_healthy_rows_and_counts_each_failure_once(
+        no_leaks: None) -> None:
+    policy = aiovec.RestartPolicy(max_failures=0, backoff=0)
+    async with aiovec.AsyncVectorEnv(outcome_envs("async", 3), backend="async",
+                                     restart=policy, timeout=60) as envs:
+        await envs.reset(seed=0)
+        with pytest.raises(aiovec.FailureBudgetError) as raised:
+            await envs.step(np.array([RAISE, TERMINATE, GO_ON]))
+        assert isinstance(raised.value.__cause__, aiovec.SubEnvErrorGroup)
+        _, _, terminations, _, _ = raised.value.partial_result
+        assert terminations.tolist() == [False, True, False]
+        assert envs.unusable_envs == (0,)  # only the failed one needs a reset
+        assert envs.statistics().episodes == aiovec.EpisodeCounts(finished=1, lost=1)
+        # First-ready: raised once, with the batch; the failure is not charged again.
+        await envs.reset(seed=1)
+        envs.send(np.array([RAISE, GO_ON, GO_ON]))
+        with pytest.raises(aiovec.FailureBudgetError) as raised:
+            await envs.recv(batch_size=3)
+        assert raised.value.partial_result.env_ids.tolist() == [0, 1, 2]
+        assert envs.statistics().episodes.lost == 2 and envs.statistics().errors == 2
+        assert envs.num_ready == 0
