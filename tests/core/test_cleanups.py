@@ -136,11 +136,15 @@ async def test_cleanups_run_once_at_close(backend: str, tmp_path: Path,
     assert record(tmp_path) == made
 
 
+@pytest.mark.parametrize("cleanup", [None, "async"])
 @pytest.mark.parametrize("backend", LOCAL_BACKENDS)
-async def test_a_restart_runs_the_old_instances_cleanup_once(backend: str, tmp_path: Path,
+async def test_a_restart_runs_the_old_instances_cleanup_once(backend: str, cleanup: str | None,
+                                                             tmp_path: Path,
                                                              no_leaks: None) -> None:
-    factories = directory_envs(tmp_path, 2)
-    factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path),
+    """Sync cleanups, and ``async def`` ones: awaited on the loop (async backend), in a loop
+    of their own elsewhere."""
+    factories = directory_envs(tmp_path, 2, cleanup=cleanup)
+    factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup=cleanup,
                                      faults=[Fault("raise", "step", at=1)])
     async with aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend,
                                      restart=True) as envs:
@@ -274,26 +278,6 @@ async def test_an_abandoned_thread_envs_cleanup_runs_at_close(tmp_path: Path,
         if thread.name.startswith("aiovec-"):
             thread.join(10)
     assert len(record(tmp_path)) == 2
-
-
-@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
-async def test_an_async_cleanup_runs_once_on_restart_and_close(backend: str, tmp_path: Path,
-                                                               no_leaks: None) -> None:
-    """``async def`` cleanups: awaited on the loop (async backend), in a loop of their own
-    elsewhere; once per instance, on restart and on close."""
-    factories = directory_envs(tmp_path, 2, cleanup="async")
-    factories[0] = functools.partial(DirectoryEnv, 0, root=str(tmp_path), cleanup="async",
-                                     faults=[Fault("raise", "step", at=1)])
-    async with aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend,
-                                     restart=True) as envs:
-        await envs.reset(seed=0)
-        old = directories(tmp_path)
-        await envs.step(np.ones(2))
-        await envs.step(np.ones(2))  # sub-env 0 raises: restarted
-        (removed,) = set(old) - set(directories(tmp_path))
-        assert removed.startswith("0-") and record(tmp_path) == [removed]
-    assert directories(tmp_path) == [] and len(set(record(tmp_path))) == 3
-    assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (3, 0)
 
 
 class LeasingEnv(aiovec.AsyncEnv[np.ndarray, int]):

@@ -66,8 +66,8 @@ def holders(tmp_path: Path) -> Holders:
     return Holders(str(path))
 
 
-class LeaseEnv(gym.Env[np.ndarray, int]):
-    """Does with the limit "sandbox" what its action says (the actions above)."""
+class Leasing:
+    """What the lease envs share: spaces, the holders' counter, the hold they keep."""
 
     observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
     action_space = spaces.Discrete(8)
@@ -76,6 +76,10 @@ class LeaseEnv(gym.Env[np.ndarray, int]):
         self.counter = counter
         self.hold = hold
         self.kept: aiovec.LimitHold | None = None
+
+
+class LeaseEnv(Leasing, gym.Env[np.ndarray, int]):
+    """Does with the limit "sandbox" what its action says (the actions above)."""
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -114,16 +118,8 @@ class LeaseEnv(gym.Env[np.ndarray, int]):
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
-class AsyncLeaseEnv(aiovec.AsyncEnv[np.ndarray, int]):
+class AsyncLeaseEnv(Leasing, aiovec.AsyncEnv[np.ndarray, int]):
     """``LeaseEnv`` as a coroutine env: ``async with aiovec.limit(...)``."""
-
-    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = spaces.Discrete(8)
-
-    def __init__(self, counter: Holders, hold: float = 0.02) -> None:
-        self.counter = counter
-        self.hold = hold
-        self.kept: aiovec.LimitHold | None = None
 
     async def reset(self, *, seed: int | None = None,
                     options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
