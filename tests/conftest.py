@@ -18,10 +18,10 @@ from tests.backends_matrix import EVENT_LOOPS
 from tests.leaks import (
     child_pids,
     end_abandoned_parent_workers,
+    helper_fds,
     mapped_blocks,
     open_fds,
     wait_for_exit,
-    zygote_fds,
 )
 from tests.ray_runtime import actor_pids, ensure_ray
 
@@ -216,7 +216,7 @@ async def no_leaks(request: pytest.FixtureRequest,
     assert child_pids() <= children, "worker processes left running"
     assert mapped_blocks() <= blocks, "shared memory (aiovec-batch) left mapped"
     leaked = {}
-    for fd in open_fds() - fds - zygote_fds():
+    for fd in open_fds() - fds - helper_fds():
         try:
             leaked[fd] = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:  # the listing's own descriptor, gone by now

@@ -11,6 +11,7 @@ import pytest
 
 from aiovec._backends._process import _zygote
 from aiovec._backends._readable import readable
+from aiovec._core import _cleanups
 
 #: In the command line of aiovec's fork server, and so of every worker it forks, followed by
 #: the pid of the process that started the server (``aiovec._backends._process._forkserver``).
@@ -68,14 +69,20 @@ def _forked_for(arguments: list[bytes]) -> int | None:
     return None
 
 
+def helper_pids() -> set[int]:
+    """The helpers that live as long as this process: its zygote, its cleanup keeper."""
+    zygote, kept = _zygote.running(), _cleanups.keeper
+    return {helper[0] for helper in (zygote, kept) if helper is not None}
+
+
 def child_pids() -> set[int]:
     """Processes this test process started: its children, and the fork servers and workers
-    forked for it (even once orphaned); not its zygote, which lives as long as it does."""
+    forked for it (even once orphaned); not its zygote or cleanup keeper, which live as long
+    as it does."""
     me = os.getpid()
-    zygote = _zygote.running()
+    helpers = helper_pids()
     return {pid for pid, ppid, arguments in _processes()
-            if (ppid == me or _forked_for(arguments) == me)
-            and (zygote is None or pid != zygote[0])}
+            if (ppid == me or _forked_for(arguments) == me) and pid not in helpers}
 
 
 def worker_processes_of(parent: int) -> set[int]:
@@ -108,11 +115,14 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def zygote_fds() -> set[str]:
-    """The descriptor this process holds for its zygote, if one runs (not a leak; a test
-    that replaced the zygote may see the old one's number reused)."""
+def helper_fds() -> set[str]:
+    """The descriptors this process holds for the helpers that live as long as it does (its
+    zygote, its cleanup keeper): not leaks (a test that replaced the zygote may see the old
+    one's number reused)."""
     zygote = _zygote.running()
-    return set() if zygote is None else {str(zygote[1])}
+    kept = _cleanups.keeper
+    return ({str(zygote[1])} if zygote is not None else set()) | (
+        {str(kept[1])} if kept is not None else set())
 
 
 #: The name aiovec gives each batch's anonymous shared memory file

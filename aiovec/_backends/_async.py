@@ -38,6 +38,7 @@ from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import (
     CleanupTally,
     cleanups_finished,
+    hosted,
     run_cleanups_async,
     take_cleanups,
 )
@@ -368,7 +369,9 @@ class AsyncBackend(Backend):
         """
         park, cancelled = self._hosts.park, self._cancelled
         step_op, perf_counter = Op.STEP, time.perf_counter
-        if self.limits is not None:  # in the host's own context: its sub-env's calls take here
+        # In the host's own context: its sub-env's limits, and its cleanups' keeper.
+        hosted.set(True)
+        if self.limits is not None:
             bind(self.limits.local_taker())
         try:
             while True:

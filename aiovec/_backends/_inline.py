@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._cleanups import hosted
 from aiovec._core._requests import Op, Remade
 from aiovec._core._statistics import LatencyLog
 from aiovec._limits._shared import SharedLimits
@@ -51,11 +52,15 @@ class _InlinePending(Pending):
         if self.started:
             return
         self.started = True
-        if self._taker is None:
-            self._run()
-        else:  # the sub-envs' aiovec.limit takes from the vector env's limits
-            with bound(self._taker):
+        hosting = hosted.set(True)  # their cleanups outlive this process (its keeper's)
+        try:
+            if self._taker is None:
                 self._run()
+            else:  # the sub-envs' aiovec.limit takes from the vector env's limits
+                with bound(self._taker):
+                    self._run()
+        finally:
+            hosted.reset(hosting)
 
     def _run(self) -> None:
         slots, op, replies, arrivals = self._slots, self.op, self.replies, self.arrivals

@@ -29,7 +29,7 @@ from aiovec._backends._process_tree import (
 )
 from aiovec._backends._readable import readable
 
-__all__ = ["main", "start_keeper"]
+__all__ = ["main", "start_cleanup_keeper", "start_keeper"]
 
 #: Seconds between two looks at the actor's descendants.
 _SNAPSHOT_INTERVAL = 0.5
@@ -37,22 +37,41 @@ _SNAPSHOT_INTERVAL = 0.5
 _MAX_ROUNDS = 10
 
 
-def start_keeper() -> int | None:
-    """Start this process's keeper and forward cleanups to it; its pid (None: unsupported)."""
+#: The keeper this process started (one, for its life).
+_started: list[subprocess.Popen[bytes]] = []
+
+
+def start_keeper(*, ends_tree: bool = True) -> tuple[int, int] | None:
+    """Start this process's keeper and forward cleanups to it → its pid and the channel's
+    descriptor here (None: unsupported). ``ends_tree=False``: it runs the cleanups left and
+    ends nothing (the keeper of the vector env's own process, whose other children are not
+    aiovec's to end)."""
     if not SUPPORTED:
         return None
     channel, keeper_end = socket.socketpair()
     with keeper_end:
         keeper = subprocess.Popen(
-            python_command(__name__, str(os.getpid()), str(keeper_end.fileno())),
+            python_command(__name__, str(os.getpid()), str(keeper_end.fileno()),
+                           _ENDS_TREE if ends_tree else _CLEANUPS_ONLY),
             pass_fds=(keeper_end.fileno(),), start_new_session=True, stdin=subprocess.DEVNULL)
-    connect(channel.detach())
-    return keeper.pid
+    _started.append(keeper)  # it lives as long as this process: no warning of a live Popen
+    fd = channel.detach()
+    connect(fd)
+    return keeper.pid, fd
+
+
+def start_cleanup_keeper() -> tuple[int, int] | None:
+    """The keeper of a process hosting sub-envs itself (``_cleanups.set_keeper_starter``)."""
+    return start_keeper(ends_tree=False)
+
+
+_ENDS_TREE, _CLEANUPS_ONLY = "tree", "cleanups"
 
 
 def main(argv: list[str]) -> None:
-    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD]``."""
+    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD, MODE]``."""
     owner = int(argv[0])
+    ends_tree = argv[2] == _ENDS_TREE
     me = os.getpid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     ledger = CleanupLedger(socket.socket(fileno=int(argv[1])))
@@ -65,18 +84,20 @@ def main(argv: list[str]) -> None:
     if owner_fd is not None and os.getppid() == owner:  # else it died before we looked
         watched.append(owner_fd)
         while True:
-            ready = readable(watched, _SNAPSHOT_INTERVAL)
+            ready = readable(watched, _SNAPSHOT_INTERVAL if ends_tree else None)
             if owner_fd in ready:
                 break
             if ledger.channel.fileno() in ready and not ledger.read():
                 watched.remove(ledger.channel.fileno())
+            if not ends_tree:
+                continue
             for pid in living_descendants(owner):
                 if pid != me and pid not in noted:
                     started = start_time(pid)
                     if started is not None:
                         noted[pid] = started
     ledger.read()
-    for _ in range(_MAX_ROUNDS):
+    for _ in range(_MAX_ROUNDS if ends_tree else 0):
         left = {pid for pid in owned_by(owner) if pid != me}
         left |= {pid for pid, started in noted.items() if start_time(pid) == started}
         if not left:

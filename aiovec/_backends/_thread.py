@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._backend import Arrivals, Backend, Pending
-from aiovec._core._cleanups import run_cleanups, take_cleanups
+from aiovec._core._cleanups import hosted, run_cleanups, take_cleanups
 from aiovec._core._loop_wakeup import ThreadsafeCaller, threadsafe_caller
 from aiovec._core._requests import NO_REPLY, Failure, Op, Remade
 from aiovec._core._statistics import LatencyLog
@@ -114,6 +114,7 @@ def _thread_main(slot: EnvSlot, jobs: queue.SimpleQueue[_Job], permit: _Permit |
     from it (the vector env's ``limits=``).
     """
     bind(taker)
+    hosted.set(True)  # its cleanups outlive this process (its keeper's)
     while True:
         op, payload, pending, position = jobs.get()
         try:

@@ -16,6 +16,7 @@ that the server never runs it a second time (``set_forwarder``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import itertools
 import logging
@@ -68,11 +69,37 @@ _lock = threading.Lock()
 _registered: weakref.WeakKeyDictionary[Any, list[Cleanup]] = weakref.WeakKeyDictionary()
 _forwarder: Forwarder | None = None
 
+#: True in the calls of a sub-env hosted in this process (the async, thread and inline
+#: backends, a parent worker): its cleanups go to this process's keeper (``KeeperStarter``).
+hosted: contextvars.ContextVar[bool] = contextvars.ContextVar("aiovec_hosted", default=False)
+#: Starts this process's cleanup keeper (a process that runs the cleanups left unclaimed if
+#: this one dies, SIGKILL included) and sets the forwarder to it → its pid and the channel's
+#: descriptor, or ``None`` where it cannot run.
+KeeperStarter = Callable[[], "tuple[int, int] | None"]
+_keeper_starter: KeeperStarter | None = None
+#: This process's cleanup keeper once started: (pid, channel descriptor).
+keeper: tuple[int, int] | None = None
+
 
 def set_forwarder(forwarder: Forwarder | None) -> None:
     """Forward registrations and claims (a supervised worker process calls this once)."""
     global _forwarder
     _forwarder = forwarder
+
+
+def set_keeper_starter(starter: KeeperStarter) -> None:
+    """How this process starts its cleanup keeper, on the first cleanup a hosted sub-env
+    registers with no supervisor to forward to (set once the backends are loaded)."""
+    global _keeper_starter
+    _keeper_starter = starter
+
+
+def _start_keeper() -> None:
+    """Start this process's keeper (once; under ``_lock``)."""
+    global keeper, _keeper_starter
+    starter, _keeper_starter = _keeper_starter, None
+    if starter is not None:
+        keeper = starter()
 
 
 def register_cleanup(env: Any, cleanup: Callable[[], object], *,
@@ -94,8 +121,20 @@ def register_cleanup(env: Any, cleanup: Callable[[], object], *,
     if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     entry = Cleanup(next(_ids), cleanup, float(timeout), _describe(cleanup))
+    if _forwarder is None and hosted.get():
+        with _lock:  # (another thread starting it: wait, then forward to it too)
+            if _forwarder is None and _keeper_starter is not None:
+                _start_keeper()
     if _forwarder is not None:  # first: a cleanup that cannot be pickled is refused here
-        _forwarder("add", entry)
+        try:
+            _forwarder("add", entry)
+        except TypeError:
+            if keeper is None:  # a worker's: its supervisor is the only one to run it then
+                raise
+            # This process's keeper: one it cannot take still runs here, on every way out
+            # but this process's death.
+            logger.debug("aiovec: %s does not pickle: not kept past this process",
+                         entry.description)
     with _lock:
         _registered.setdefault(env, []).append(entry)
 

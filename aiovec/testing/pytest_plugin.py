@@ -16,8 +16,9 @@ fixtures are synchronous, so they work with every one)::
 
 ``aiovec_no_leaks`` alone fails a test that leaves behind a process aiovec started (a worker,
 a fork server, anything below them), one of its threads, or one of its descriptors (shared
-memory, process descriptors). The one process aiovec keeps for the life of the test process
-(the zygote its fork servers are forked from) is not a leak. Processes get
+memory, process descriptors). The processes aiovec keeps for the life of the test process
+(the zygote its fork servers are forked from, the keeper of its sub-envs' cleanups) are not
+leaks. Processes get
 ``AIOVEC_LEAK_TIMEOUT`` seconds (default 10) to exit after the test, threads 5.
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 import pytest
 
 from aiovec._backends._process import _zygote
+from aiovec._core import _cleanups
 from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory
 from aiovec._shim._vector_env import VectorEnv
 
@@ -74,8 +76,9 @@ def _started_here() -> set[int]:
         frontier = {pid for pid, (parent, _) in processes.items()
                     if parent in frontier and pid not in found}
         found |= frontier
-    if (zygote := _zygote.running()) is not None:  # lives as long as this process
-        found.discard(zygote[0])
+    for helper in (_zygote.running(), _cleanups.keeper):  # live as long as this process
+        if helper is not None:
+            found.discard(helper[0])
     return found
 
 

@@ -230,11 +230,15 @@ _TRAINER = """
 import functools, sys
 import numpy as np
 import aiovec
+from tests.backends_matrix import for_backend
 from tests.core.test_cleanups import DirectoryEnv
 
-root, start_method = sys.argv[1:3]
-envs = aiovec.VectorEnv([functools.partial(DirectoryEnv, index, root=root) for index in range(2)],
-                        context=start_method, backend="process", num_workers=2)
+root, backend, start_method = sys.argv[1:4]
+factories = [functools.partial(DirectoryEnv, index, root=root,
+                               cleanup="async" if backend == "async" else None)
+             for index in range(2)]
+where = ({"num_workers": 2, "context": start_method} if backend == "process" else {})
+envs = aiovec.VectorEnv(for_backend(backend, factories), backend=backend, **where)
 envs.reset(seed=0)
 print("ready", flush=True)
 while True:
@@ -242,11 +246,16 @@ while True:
 """
 
 
-@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
-def test_a_sigkilled_trainers_cleanups_run_in_the_fork_server(start_method: str,
-                                                             tmp_path: Path) -> None:
-    with subprocess.Popen([sys.executable, "-c", _TRAINER, str(tmp_path), start_method],
-                          cwd=REPO, stdout=subprocess.PIPE, text=True,
+@pytest.mark.parametrize(("backend", "start_method"), [
+    ("process", "forkserver"), ("process", "spawn"), ("inline", ""), ("thread", ""),
+    ("async", "")])
+def test_a_sigkilled_trainers_cleanups_run_in_a_process_of_aiovecs(
+        backend: str, start_method: str, tmp_path: Path) -> None:
+    """SIGKILL gives the trainer no chance: its workers' fork server runs their cleanups;
+    for sub-envs it hosts itself (inline, thread, async: ``async def`` ones there), its
+    cleanup keeper does."""
+    with subprocess.Popen([sys.executable, "-c", _TRAINER, str(tmp_path), backend,
+                           start_method], cwd=REPO, stdout=subprocess.PIPE, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}) as trainer:
         assert trainer.stdout is not None
         assert trainer.stdout.readline() == "ready\n"

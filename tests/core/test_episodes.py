@@ -262,6 +262,6 @@ async def test_a_spent_budget_keeps_the_healthy_rows_and_counts_each_failure_onc
         envs.send(np.array([RAISE, GO_ON, GO_ON]))
         with pytest.raises(aiovec.FailureBudgetError) as raised:
             await envs.recv(batch_size=3)
-        assert raised.value.partial_result.env_ids.tolist() == [0, 1, 2]
+        assert sorted(raised.value.partial_result.env_ids.tolist()) == [0, 1, 2]  # (any order)
         assert envs.statistics().episodes.lost == 2 and envs.statistics().errors == 2
         assert envs.num_ready == 0

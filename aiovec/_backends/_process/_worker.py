@@ -44,7 +44,7 @@ from aiovec._backends._process_tree import (
 from aiovec._backends._readable import readable
 from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
-from aiovec._core._cleanups import CleanupTally
+from aiovec._core._cleanups import CleanupTally, hosted
 from aiovec._core._infos import PackedInfos, pack_infos
 from aiovec._core._requests import Failure, Op
 from aiovec._limits._take import bind, bind_process
@@ -453,6 +453,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     taker = None if limits is None else SocketTaker(*limits)
     if in_parent:  # this thread's sub-envs take the vector env's limits as a process's do
         bind(taker)
+        hosted.set(True)  # and their cleanups outlive this process (its keeper's)
         if taker is not None and guard is not None:  # let go of at a deadline, as if killed
             guard.on_revoke = taker.abandon
     else:

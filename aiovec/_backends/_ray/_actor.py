@@ -68,7 +68,7 @@ class EnvHost:
         become_subreaper()
         os.environ[OWNER_VARIABLE] = str(os.getpid())
         keeper = start_keeper()
-        self._started = StartedProcesses(spare=() if keeper is None else (keeper,))
+        self._started = StartedProcesses(spare=() if keeper is None else (keeper[0],))
         self._cleanups = CleanupTally()
         self._autoreset_mode = AutoresetMode(autoreset_mode)
         self._episode_timeout = episode_timeout
