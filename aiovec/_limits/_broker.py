@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from aiovec._exceptions import LimitError
-from aiovec._limits._limit import Limit, LimitUsage
+from aiovec._limits._limit import Limit, LimitUsage, undeclared
 
 __all__ = ["Broker", "Waiter"]
 
@@ -97,8 +97,7 @@ class Broker:
         try:
             return self._pools[name]
         except KeyError:
-            raise LimitError(f"no limit named {name!r}: this vector env declares "
-                             f"{', '.join(map(repr, self._pools))} (limits=)") from None
+            raise undeclared(name, self._pools) from None
 
     def full(self, name: str) -> bool:
         """True while ``name`` is held as often as its concurrency allows."""

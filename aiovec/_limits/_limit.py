@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Address", "Limit", "LimitUsage", "WorkerLimits", "check_limits"]
+from aiovec._exceptions import LimitError
+
+__all__ = ["Address", "Limit", "LimitUsage", "WorkerLimits", "check_limits", "undeclared"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,13 @@ class Address:
 
 #: What a worker process needs to take its vector env's limits: where, and their names.
 WorkerLimits = tuple[Address, tuple[str, ...]]
+
+
+def undeclared(name: str, declared: Iterable[str]) -> LimitError:
+    """The error for a take of ``name`` that the vector env does not declare (the broker's
+    and a worker's alike)."""
+    return LimitError(f"no limit named {name!r}: this vector env declares "
+                      f"{', '.join(map(repr, declared))} (limits=)")
 
 
 def _positive_int(value: object) -> bool:

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from aiovec._exceptions import LimitError
 from aiovec._limits._broker import Broker, Waiter
-from aiovec._limits._limit import Address
+from aiovec._limits._limit import Address, undeclared
 
 __all__ = ["LocalTaker", "SocketTaker", "Taker"]
 
@@ -168,8 +168,7 @@ class SocketTaker:
 
     def take(self, name: str) -> _Connection:
         if name not in self._names:
-            raise LimitError(f"no limit named {name!r}: this vector env declares "
-                             f"{', '.join(map(repr, self._names))} (limits=)")
+            raise undeclared(name, self._names)
         if self._abandoned:
             raise _given_up(name, "the vector env let go of this sub-env")
         try:

@@ -265,3 +265,20 @@ async def test_a_spent_budget_keeps_the_healthy_rows_and_counts_each_failure_onc
         assert sorted(raised.value.partial_result.env_ids.tolist()) == [0, 1, 2]  # (any order)
         assert envs.statistics().episodes.lost == 2 and envs.statistics().errors == 2
         assert envs.num_ready == 0
+
+
+def test_the_counts_fast_path_agrees_with_episode_outcomes() -> None:
+    """``EpisodeTally.step`` counts a step with no restart or timeout note without
+    ``episode_outcomes``: on the same rows (both flags set on some), the two agree."""
+    from aiovec._core._episodes import EpisodeTally
+
+    generator = np.random.default_rng(7)
+    fast, full = EpisodeTally(None), EpisodeTally(None)
+    for _ in range(300):
+        size = int(generator.integers(1, 40))
+        terminations = generator.random(size) < 0.2
+        truncations = generator.random(size) < 0.2
+        fast.step(terminations, truncations, {})
+        full.outcomes(aiovec.episode_outcomes(terminations, truncations, {}))
+    assert fast.counts() == full.counts()
+    assert fast.counts().finished > 0 and fast.counts().truncated > 0
