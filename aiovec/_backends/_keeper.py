@@ -29,7 +29,7 @@ from aiovec._backends._process_tree import (
 )
 from aiovec._backends._readable import readable
 
-__all__ = ["main", "start_cleanup_keeper", "start_keeper"]
+__all__ = ["CLEANUPS_ONLY", "ENDS_TREE", "main", "start_cleanup_keeper", "start_keeper"]
 
 #: Seconds between two looks at the actor's descendants.
 _SNAPSHOT_INTERVAL = 0.5
@@ -52,7 +52,7 @@ def start_keeper(*, ends_tree: bool = True) -> tuple[int, int] | None:
     with keeper_end:
         keeper = subprocess.Popen(
             python_command(__name__, str(os.getpid()), str(keeper_end.fileno()),
-                           _ENDS_TREE if ends_tree else _CLEANUPS_ONLY),
+                           ENDS_TREE if ends_tree else CLEANUPS_ONLY),
             pass_fds=(keeper_end.fileno(),), start_new_session=True, stdin=subprocess.DEVNULL)
     _started.append(keeper)  # it lives as long as this process: no warning of a live Popen
     fd = channel.detach()
@@ -65,13 +65,15 @@ def start_cleanup_keeper() -> tuple[int, int] | None:
     return start_keeper(ends_tree=False)
 
 
-_ENDS_TREE, _CLEANUPS_ONLY = "tree", "cleanups"
+#: A keeper's mode, its last argument: it ends its owner's tree (a Ray actor's), or only runs
+#: the cleanups left (a process hosting sub-envs itself).
+ENDS_TREE, CLEANUPS_ONLY = "tree", "cleanups"
 
 
 def main(argv: list[str]) -> None:
     """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD, MODE]``."""
     owner = int(argv[0])
-    ends_tree = argv[2] == _ENDS_TREE
+    ends_tree = argv[2] == ENDS_TREE
     me = os.getpid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     ledger = CleanupLedger(socket.socket(fileno=int(argv[1])))

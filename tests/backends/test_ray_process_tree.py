@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._backends._keeper import ENDS_TREE
 from aiovec.testing import Fault
 from tests.backends.test_process_tree import (
     GONE_WITHIN,
@@ -36,15 +37,18 @@ KEEPER_MODULE = b"aiovec._backends._keeper"
 
 
 def keepers() -> list[int]:
-    """Every keeper process on this machine."""
+    """Every Ray actor's keeper on this machine (a process's cleanup keeper, which lives as
+    long as its process, say another pytest-xdist worker, is not one of them)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if KEEPER_MODULE in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+                arguments = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
+            if (any(KEEPER_MODULE in argument for argument in arguments)
+                    and ENDS_TREE.encode() in arguments):
+                found.append(int(entry.name))
     return found
 
 
