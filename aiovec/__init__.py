@@ -26,6 +26,7 @@ from aiovec._object_space import ObjectSpace as ObjectSpace
 
 if _typing.TYPE_CHECKING:  # loaded on first use (below): see _LAZY
     from aiovec._core._async_env import AsyncEnv as AsyncEnv
+    from aiovec._core._cleanups import CleanupHandle as CleanupHandle
     from aiovec._core._cleanups import register_cleanup as register_cleanup
     from aiovec._core._episodes import EpisodeCounts as EpisodeCounts
     from aiovec._core._episodes import episode_outcomes as episode_outcomes
@@ -54,6 +55,7 @@ __all__ = (
     "AsyncParallelVectorEnv",
     "AsyncVectorEnv",
     "BusyError",
+    "CleanupHandle",
     "ClosedError",
     "EnvTimeoutError",
     "EpisodeCounts",
@@ -93,6 +95,7 @@ __all__ = (
 _LAZY = {
     "AsyncEnv": "aiovec._core._async_env",
     "register_cleanup": "aiovec._core._cleanups",
+    "CleanupHandle": "aiovec._core._cleanups",
     "EpisodeCounts": "aiovec._core._episodes",
     "episode_outcomes": "aiovec._core._episodes",
     "StepBatch": "aiovec._core._first_ready",

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-__all__ = ["CLEANUP_TIMEOUT", "Cleanup", "CleanupTally", "register_cleanup", "run_bounded",
-           "run_cleanups", "set_forwarder", "take_cleanups"]
+__all__ = ["CLEANUP_TIMEOUT", "Cleanup", "CleanupHandle", "CleanupTally", "register_cleanup",
+           "run_bounded", "run_cleanups", "set_forwarder", "take_cleanups"]
 
 #: Seconds a cleanup may run before it is reported as failed and abandoned.
 CLEANUP_TIMEOUT = 10.0
@@ -102,8 +102,41 @@ def _start_keeper() -> None:
         keeper = starter()
 
 
+class CleanupHandle:
+    """A registered cleanup, to ``discard`` once its resource is gone by other means (a
+    sandbox deleted at the end of its episode): it then runs nowhere, keeper included."""
+
+    __slots__ = ("_entry", "_env")
+
+    def __init__(self, env: Any, entry: Cleanup) -> None:
+        self._env = weakref.ref(env)  # registered, so weakly referenceable
+        self._entry = entry
+
+    @property
+    def description(self) -> str:
+        return self._entry.description
+
+    def discard(self) -> bool:
+        """Forget the cleanup → True, or False if it was discarded already or is running (or
+        ran) because its sub-env was done with first. Call it right after freeing the resource
+        yourself; a cleanup kept past it runs (on every way out) and must tolerate a resource
+        already gone."""
+        env = self._env()
+        with _lock:
+            entries = _registered.get(env, []) if env is not None else []
+            if self._entry not in entries:
+                return False
+            entries.remove(self._entry)
+        if _forwarder is not None:
+            _forwarder("claim", self._entry)  # the keeper or fork server drops it too
+        return True
+
+    def __repr__(self) -> str:
+        return f"<CleanupHandle {self._entry.description}>"
+
+
 def register_cleanup(env: Any, cleanup: Callable[[], object], *,
-                     timeout: float = CLEANUP_TIMEOUT) -> None:
+                     timeout: float = CLEANUP_TIMEOUT) -> CleanupHandle:
     """Run ``cleanup()`` exactly once when the sub-env ``env`` is done with: after its
     ``close()``, or in the supervising process if its worker dies without closing it.
 
@@ -115,6 +148,9 @@ def register_cleanup(env: Any, cleanup: Callable[[], object], *,
     elsewhere (a worker, a thread, a fork server) in an event loop of its own. It runs within
     ``timeout`` seconds or is reported as failed (logged, and counted in
     ``statistics().cleanups_failed``). Outside a vector env nothing runs it.
+
+    The returned handle's ``discard()`` forgets it once the resource is freed by other means:
+    register a lease's delete before creating it, discard it after deleting it.
     """
     if not callable(cleanup):
         raise TypeError(f"cleanup must be callable, got {type(cleanup).__name__}")
@@ -137,6 +173,7 @@ def register_cleanup(env: Any, cleanup: Callable[[], object], *,
                          entry.description)
     with _lock:
         _registered.setdefault(env, []).append(entry)
+    return CleanupHandle(env, entry)
 
 
 def _describe(function: Callable[..., object]) -> str:

@@ -37,13 +37,14 @@ HANG = 6.0
 
 
 def remove_directory(directory: str, record: str) -> None:
-    """The cleanup: remove the sub-env's directory, and say so once in ``record``."""
-    shutil.rmtree(directory)
+    """The cleanup: say so in ``record`` (a line per run: a second run would show), and remove
+    the sub-env's directory."""
     fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, f"{os.path.basename(directory)}\n".encode())
     finally:
         os.close(fd)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 async def remove_directory_later(directory: str, record: str) -> None:
@@ -95,6 +96,37 @@ class DirectoryEnv(FaultyEnv):
             self, cleanup or functools.partial(remove_directory, self.directory,
                                                f"{root}/record"),
             timeout=cleanup_timeout)
+
+
+class LeaseEnv(FaultyEnv):
+    """A lease per episode (a directory ``<root>/lease-<env_id>-<pid>-<n>``): its removal is
+    registered before it is made, and discarded once the env removes it at the episode's end,
+    as a sandbox per episode is (episodes of 2 steps)."""
+
+    def __init__(self, env_id: int = 0, *, root: str, cleanup: Any = None) -> None:
+        super().__init__(env_id, episode_length=2)
+        self.root, self.asynchronous = root, cleanup == "async"
+        self.lease: tuple[str, aiovec.CleanupHandle] | None = None
+        self.leases = 0
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.leases += 1
+        directory = f"{self.root}/lease-{self.env_id}-{os.getpid()}-{self.leases}"
+        removal = functools.partial(
+            remove_directory_later if self.asynchronous else remove_directory, directory,
+            f"{self.root}/record")
+        self.lease = (directory, aiovec.register_cleanup(self, removal))
+        os.mkdir(directory)
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated and self.lease is not None:
+            directory, handle = self.lease
+            remove_directory(directory, f"{self.root}/record")  # the episode's own delete
+            assert handle.discard() and not handle.discard()
+            self.lease = None
+        return obs, reward, terminated, truncated, info
 
 
 def directory_envs(root: Path, num_envs: int, **options: Any) -> list[Any]:
@@ -219,6 +251,25 @@ async def test_a_cleanup_that_cannot_be_pickled_fails_the_make(tmp_path: Path,
     await envs.aclose()
 
 
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_a_discarded_cleanup_runs_nowhere(backend: str, tmp_path: Path,
+                                                no_leaks: None) -> None:
+    """Leases deleted by their episodes are discarded: at close only the live ones run."""
+    envs = aiovec.AsyncVectorEnv(
+        for_backend(backend, [functools.partial(LeaseEnv, index, root=str(tmp_path))
+                              for index in range(3)]), backend=backend)
+    async with envs:
+        await envs.reset(seed=0)
+        for _ in range(7):  # two episodes each end (steps 2, 5), the third began at step 6
+            await envs.step(np.ones(3))
+        live = directories(tmp_path)
+        assert len(live) == 3 and len(record(tmp_path)) == 6
+    assert directories(tmp_path) == []
+    assert sorted(set(record(tmp_path))) == record(tmp_path)  # each lease removed once
+    assert set(live) <= set(record(tmp_path)) and len(record(tmp_path)) == 9
+    assert envs.statistics().cleanups_run == 3
+
+
 def test_register_cleanup_checks_its_arguments() -> None:
     with pytest.raises(TypeError, match="callable"):
         aiovec.register_cleanup(object(), "rm -rf /tmp/x")  # type: ignore[arg-type]
@@ -231,39 +282,47 @@ import functools, sys
 import numpy as np
 import aiovec
 from tests.backends_matrix import for_backend
-from tests.core.test_cleanups import DirectoryEnv
+from tests.core.test_cleanups import DirectoryEnv, LeaseEnv
 
-root, backend, start_method = sys.argv[1:4]
-factories = [functools.partial(DirectoryEnv, index, root=root,
+root, backend, start_method, kind = sys.argv[1:5]
+factories = [functools.partial(LeaseEnv if kind == "leases" else DirectoryEnv, index, root=root,
                                cleanup="async" if backend == "async" else None)
              for index in range(2)]
 where = ({"num_workers": 2, "context": start_method} if backend == "process" else {})
 envs = aiovec.VectorEnv(for_backend(backend, factories), backend=backend, **where)
 envs.reset(seed=0)
+for _ in range(3 if kind == "leases" else 0):  # a lease discarded, the next one live
+    envs.step(np.ones(2))
 print("ready", flush=True)
+if kind == "leases":  # killed between steps: a lease deleted and not yet discarded would be
+    sys.stdin.read()  # deleted again (harmless for an idempotent delete, but not "once")
 while True:
     envs.step(np.ones(2))
 """
 
 
+@pytest.mark.parametrize("kind", ["directories", "leases"])
 @pytest.mark.parametrize(("backend", "start_method"), [
     ("process", "forkserver"), ("process", "spawn"), ("inline", ""), ("thread", ""),
     ("async", "")])
 def test_a_sigkilled_trainers_cleanups_run_in_a_process_of_aiovecs(
-        backend: str, start_method: str, tmp_path: Path) -> None:
+        backend: str, start_method: str, kind: str, tmp_path: Path) -> None:
     """SIGKILL gives the trainer no chance: its workers' fork server runs their cleanups;
     for sub-envs it hosts itself (inline, thread, async: ``async def`` ones there), its
-    cleanup keeper does."""
+    cleanup keeper does. Leases deleted and discarded by their episodes are not run again."""
     with subprocess.Popen([sys.executable, "-c", _TRAINER, str(tmp_path), backend,
-                           start_method], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                           start_method, kind], cwd=REPO, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}) as trainer:
         assert trainer.stdout is not None
         assert trainer.stdout.readline() == "ready\n"
         made = directories(tmp_path)
         assert len(made) == 2
+        deleted = record(tmp_path)  # by the episodes themselves
+        assert len(deleted) == (2 if kind == "leases" else 0)
         trainer.kill()
         assert trainer.wait(15) == -signal.SIGKILL
-    assert wait_for_records(tmp_path, 2) == made
+    assert wait_for_records(tmp_path, len(deleted) + 2) == sorted(deleted + made)
     assert directories(tmp_path) == []
 
 
