@@ -440,8 +440,15 @@ class AsyncBackend(Backend):
             self._retired.discard(slot)
             if not self._retired and self._retired_closed is not None:
                 self._retired_closed.set()
-        # Closing, only the envs given up on earlier still get to close, until all is cancelled.
-        if slot.jobs and not self._cancelled_all and (slot.discarded or not self.closing):
+        jobs = slot.jobs
+        if self.closing and not slot.discarded:
+            # Closing: what was queued before the close is given up; the close itself runs
+            # (a sub-env busy when the close began closes once its request is over).
+            while jobs and jobs[0][0] is not Op.CLOSE:
+                op, _, pending, position = jobs.popleft()
+                if pending is not None:
+                    pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
+        if jobs and not self._cancelled_all:
             self._waiting.append(slot)
         else:
             slot.busy = False

@@ -59,6 +59,8 @@ __all__ = ["BoolArray", "Engine", "State", "StepResult"]
 
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 StepResult = tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]
+#: The claim of a ``recv`` while it restarts the failed sub-envs of its batch.
+RESTARTING = "recv (restarting sub-envs)"
 
 
 class State(enum.Enum):
@@ -161,6 +163,12 @@ class Engine:
                                   or len(claim.env_indices) == self.num_envs):
             return claim.operation
         return None
+
+    def _restarting(self) -> bool:
+        """A ``recv`` is restarting failed sub-envs: a ``send`` meanwhile waits in the queue
+        (dispatched once they are remade), as it would for the in-flight cap."""
+        claim = self._in_flight
+        return claim is not None and claim.operation == RESTARTING
 
     def _holds(self, env_indices: Iterable[int]) -> str | None:
         """The call holding any of ``env_indices`` now (all of them while sub-envs are being
@@ -355,7 +363,7 @@ class Engine:
             previous = {env_index: self._results.row(env_index) for env_index in restartable}
             same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
             # Claimed meanwhile: no send, step or reset may touch sub-envs being remade.
-            claim = InFlight("recv (restarting sub-envs)", Op.STEP, list(broken), (), None)
+            claim = InFlight(RESTARTING, Op.STEP, list(broken), (), None)
             self._in_flight = claim
             try:
                 outcome = await self._restart(restartable, {} if same_step else None,

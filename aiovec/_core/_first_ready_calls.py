@@ -96,17 +96,20 @@ class FirstReadyCalls(Engine):
         self._check_not_closed("send")
         seconds = self.timeout if timeout is USE_DEFAULT else check_timeout(timeout, "timeout")
         first = self._first_ready
+        restarting = self._restarting()  # then it waits in the queue, not refused
         ids = check_can_send(
-            env_ids, self.num_envs, running=self._holds_all(),
+            env_ids, self.num_envs, running=None if restarting else self._holds_all(),
             has_reset=(self._state is State.RUNNING and first is not None
                        and self._health.has_reset),
-            owed=lambda ids: [] if first is None else first.owed(ids), held=self._holds)
+            owed=lambda ids: [] if first is None else first.owed(ids),
+            held=None if restarting else self._holds)
         assert first is not None
         check_reset_done(self._health.needing_reset(ids))
         backend, cap = self._backend, self._max_in_flight
         if cap is not None:
             first.collect()
-        queue = bool(first.queued) or (cap is not None and first.running() + len(ids) > cap)
+        queue = (restarting or bool(first.queued)
+                 or (cap is not None and first.running() + len(ids) > cap))
         checker = self._checkers.of_size(len(ids))
         # Queued actions wait: they must be a copy of the caller's, whatever the backend,
         # objects too (sent at once, objects are pickled by then, or handed over as they are

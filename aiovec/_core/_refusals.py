@@ -48,7 +48,8 @@ def check_can_send(env_ids: Any, num_envs: int, *, running: str | None, has_rese
     """``send``'s preconditions → the sub-envs ``env_ids`` names (``None``: all).
 
     Refused, in this order: while another call holding every sub-env runs (``running``; a
-    ``recv`` does not count), ``BusyError``; before the first reset, ``ResetNeededError``; a
+    ``recv`` does not count, nor its restart of failed sub-envs: the send is queued then),
+    ``BusyError``; before the first reset, ``ResetNeededError``; a
     bad ``env_ids``, ``ValueError``; a sub-env another call holds (``held(ids)`` names that
     call, if any), ``BusyError``; a sub-env that is still stepping or whose result waits for
     ``recv`` (``owed(ids)`` lists them), ``BusyError``.

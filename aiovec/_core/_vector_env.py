@@ -471,9 +471,10 @@ class AsyncVectorEnv(FirstReadyCalls):
 
         ``actions`` is a batch for ``len(env_ids)`` sub-envs, checked like ``step``'s. Each
         sub-env's ``timeout`` runs from now (with ``max_concurrency``, waiting for a turn
-        counts; past ``max_in_flight``, it runs from when its step leaves the queue). A
-        sub-env cannot be sent a second action before its result was received, and ``step``
-        refuses to run while results are owed (both ``BusyError``).
+        counts; past ``max_in_flight``, it runs from when its step leaves the queue; while
+        a ``recv`` restarts failed sub-envs, it waits in that queue too). A sub-env cannot be
+        sent a second action before its result was received, and ``step`` refuses to run
+        while results are owed (both ``BusyError``).
         """
         self._submit_some(actions, env_ids, timeout)
 

@@ -270,6 +270,64 @@ async def test_a_discarded_cleanup_runs_nowhere(backend: str, tmp_path: Path,
     assert envs.statistics().cleanups_run == 3
 
 
+class SlowStepLeaseEnv(aiovec.AsyncEnv[Any, Any]):
+    """A coroutine env holding a directory, whose steps take ``STEP`` seconds."""
+
+    STEP = 0.3
+    stepping = 0
+    all_stepping: anyio.Event | None = None  # set once ``expected`` steps have begun
+    expected = 0
+
+    def __init__(self, env_id: int, root: str) -> None:
+        self.observation_space = gym.spaces.Box(0, 1, (1,), np.float64)
+        self.action_space = gym.spaces.Discrete(2)
+        directory = f"{root}/{env_id}"
+        os.mkdir(directory)
+        aiovec.register_cleanup(self, functools.partial(remove_directory_later, directory,
+                                                        f"{root}/record"))
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        return np.zeros(1), {}
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        SlowStepLeaseEnv.stepping += 1
+        if SlowStepLeaseEnv.stepping == self.expected and self.all_stepping is not None:
+            self.all_stepping.set()
+        await anyio.sleep(self.STEP)
+        return np.zeros(1), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+async def test_sub_envs_stepping_when_the_close_begins_close_once_their_step_ends(
+        cancelled: bool, tmp_path: Path, no_leaks: None) -> None:
+    """Async backend: a close (or a cancelled ``async with``) while steps run closes each
+    sub-env when its step is over, its cleanups included, not at ``close_timeout``."""
+    SlowStepLeaseEnv.stepping, SlowStepLeaseEnv.expected = 0, 8
+    SlowStepLeaseEnv.all_stepping = all_stepping = anyio.Event()
+    envs = aiovec.AsyncVectorEnv(
+        [functools.partial(SlowStepLeaseEnv, index, str(tmp_path)) for index in range(8)],
+        backend="async", close_timeout=60.0)
+
+    async def rollout() -> None:
+        async with envs:
+            await envs.reset(seed=0)
+            envs.send(np.zeros(8, dtype=np.int64))
+            if cancelled:
+                await envs.recv()  # cancelled while the steps run
+            else:
+                await envs.aclose()
+
+    with anyio.fail_after(30.0):  # the close takes a step's time (0.3 s), not 60 s
+        async with anyio.create_task_group() as group:
+            group.start_soon(rollout)
+            if cancelled:
+                await all_stepping.wait()
+                group.cancel_scope.cancel()
+    assert directories(tmp_path) == [] and len(record(tmp_path)) == 8
+    assert envs.statistics().cleanups_run == 8
+
+
 def test_register_cleanup_checks_its_arguments() -> None:
     with pytest.raises(TypeError, match="callable"):
         aiovec.register_cleanup(object(), "rm -rf /tmp/x")  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -430,10 +431,13 @@ async def test_a_worker_neighbour_in_the_same_batch_is_reported_restarted(
         assert all(batch.infos["_restart"])
 
 
-async def test_no_send_or_reset_while_recv_restarts_a_sub_env(anyio_backend: Any) -> None:
-    """While ``recv`` remakes a failed sub-env, other tasks are refused (``BusyError``)
-    instead of racing the restart."""
+async def test_a_send_while_recv_restarts_a_sub_env_waits_for_the_restart(
+        anyio_backend: Any) -> None:
+    """While ``recv`` remakes a failed sub-env, another task's ``send`` to the others is
+    queued and dispatched once the restart ends (the pipelined loop's policy task sends
+    then); a ``reset``, or a send to the sub-env being restarted, is refused."""
     started, finish = anyio.Event(), anyio.Event()
+    steps: list[int] = []
 
     class SlowToRemake(aiovec.AsyncEnv[Any, Any]):
         made = 0
@@ -442,11 +446,11 @@ async def test_no_send_or_reset_while_recv_restarts_a_sub_env(anyio_backend: Any
             self.observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
             self.action_space = gym.spaces.Discrete(1000)
             SlowToRemake.made += 1
-            self.fail = SlowToRemake.made == 1
+            self.index, self.fail = SlowToRemake.made, SlowToRemake.made == 1
 
         async def reset(self, *, seed: int | None = None,
                         options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-            if not self.fail:  # the remade one, reset by the restart
+            if self.index == 3:  # the remade sub-env 0, reset by the restart
                 started.set()
                 await finish.wait()
             return np.zeros(1), {}
@@ -454,21 +458,34 @@ async def test_no_send_or_reset_while_recv_restarts_a_sub_env(anyio_backend: Any
         async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
             if self.fail:
                 raise RuntimeError("boom")
-            return np.ones(1), 1.0, False, False, {}
+            steps.append(self.index)
+            return np.full(1, float(action)), 1.0, False, False, {}
 
-    factories = [SlowToRemake, functools.partial(AsyncDelayedEnv)]
-    async with aiovec.AsyncVectorEnv(factories, backend="async",
+    async with aiovec.AsyncVectorEnv([SlowToRemake, SlowToRemake], backend="async",
                                      autoreset_mode="SameStep", restart=True) as envs:
         await envs.reset()
         envs.send(np.zeros(1, dtype=np.int64), [0])
         async with anyio.create_task_group() as group:
-            group.start_soon(envs.recv)
+            received: list[aiovec.StepBatch] = []
+
+            async def receive() -> None:
+                received.append(await envs.recv())
+
+            group.start_soon(receive)
             await started.wait()
-            with pytest.raises(aiovec.BusyError, match="restarting"):
-                envs.send(np.zeros(1, dtype=np.int64), [1])
+            envs.send(np.full(1, 7, dtype=np.int64), [1])  # queued, not refused
+            with pytest.raises(aiovec.BusyError, match="waiting for recv"):
+                envs.send(np.zeros(1, dtype=np.int64), [0])
             with pytest.raises(aiovec.BusyError, match="restarting"):
                 await envs.reset()
+            for _ in range(20):
+                await anyio.lowlevel.checkpoint()
+            assert steps == []  # not dispatched while the restart runs
             finish.set()
+        assert received[0].env_ids.tolist() == [0] and received[0].truncations.all()
+        batch = await envs.recv()
+        assert batch.env_ids.tolist() == [1] and batch.observations[0, 0] == 7.0
+        assert steps == [2]
 
 
 @pytest.mark.parametrize("backend", CONCURRENT_IN_PROCESS_BACKENDS)
