@@ -1,6 +1,7 @@
 """The benchmark scripts ``run.py`` runs after its own table, so that ``make bench`` prints
 every target in one run: statistics' cost, coroutine envs against a bare gather, Ray against
-the process backend, and the multi-agent and SB3 figures.
+the process backend, the multi-agent and SB3 figures, and the agentic runs (with and without
+faults).
 
 Each runs as a child process of its own (a fresh interpreter: no state carried between them),
 one after another, so none shares the machine with another. Its whole output goes into the
@@ -73,6 +74,9 @@ COMPANIONS = (
               writes="{output}/serve_load.md", timeout=1200.0),
     Companion("agentic.py", "Agentic rollouts: 4,096 chat episodes into a batched policy, "
               "against X*", writes="{output}/agentic.md", timeout=2400.0),
+    Companion("agentic_faults.py", "Agentic rollouts through faults: goodput, unaffected "
+              "latency, episodes counted once, leases leaked", writes="{output}/agentic_faults.md",
+              timeout=3600.0),
 )
 
 

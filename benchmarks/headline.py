@@ -4,6 +4,8 @@
   README.md and the benchmarks guide (``docs/guide/benchmarks.md``) between ``BEGIN``/``END``.
 - The agentic table: the full runs of ``agentic.py`` in ``AGENTIC_RUNS``, held by README.md and
   the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
+- The faults table: the full run of ``agentic_faults.py`` (``FAULTS``), held by the same two
+  documents between ``FAULTS_BEGIN``/``_END``.
 
 Each document is written by this script from the same result files, and
 ``tests/test_headline_table.py`` checks that none differs from what it renders, so they can
@@ -40,6 +42,10 @@ AGENTIC_DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "guide" / "agentic.md"]
 AGENTIC_BEGIN = ("<!-- agentic table: written by benchmarks/headline.py from "
                  "benchmarks/results/agentic.md -->")
 AGENTIC_END = "<!-- end of the agentic table -->"
+FAULTS = HERE / "results" / "agentic_faults.md"
+FAULTS_BEGIN = ("<!-- faults table: written by benchmarks/headline.py from "
+                "benchmarks/results/agentic_faults.md -->")
+FAULTS_END = "<!-- end of the faults table -->"
 #: The columns of the agentic report the documents show.
 AGENTIC_COLUMNS = ("episodes/s", "% of X*", "turns/s vs hand-written", "mean batch / B",
                    "p99 latency", "spread")
@@ -165,6 +171,26 @@ def render_agentic(runs: Sequence[Path] = AGENTIC_RUNS) -> str:
                       *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 
+def render_faults(path: Path = FAULTS) -> str:
+    """The faults table: the report's measured table as it is, its X*, its target checks and
+    the machine."""
+    report = path.read_text()
+    workload = report.split("\n## Workload: ", 1)[1]
+    table = [line for line in workload.split("\n## ", 1)[0].splitlines()
+             if line.startswith("|")]
+    bound = next(line for line in workload.splitlines() if line.startswith("X* = "))
+    checks = report.split("## Target checks", 1)[1].split("```")[1].strip("\n")
+    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    caption = (
+        f"Workload: {workload.splitlines()[0]}. {bound.rstrip(':')}. Each figure is the "
+        f"median of the run's interleaved repeats, counts summed over them (`{name}`, which "
+        f"has the formulas). Machine: {_stated([report], 'machine')}. Software: "
+        f"{_stated([report], 'versions')}. Method: {_stated([report], 'method')}. Date: "
+        f"{_stated([report], 'date')}.")
+    return "\n".join([*table, "", "```", checks, "```", "",
+                      *textwrap.wrap(caption, 96, break_on_hyphens=False)])
+
+
 def _bound(section: str) -> str | None:
     """A variant's X* as its report states it ("839.8")."""
     return next((line.split("(")[0].removeprefix("X* = ").strip()
@@ -174,7 +200,8 @@ def _bound(section: str) -> str | None:
 #: Each quoted table: its markers, how it is rendered, the documents that hold it.
 BLOCKS: list[tuple[tuple[str, str], Callable[[], str], list[Path]]] = [
     ((BEGIN, END), render, DOCUMENTS),
-    ((AGENTIC_BEGIN, AGENTIC_END), render_agentic, AGENTIC_DOCUMENTS)]
+    ((AGENTIC_BEGIN, AGENTIC_END), render_agentic, AGENTIC_DOCUMENTS),
+    ((FAULTS_BEGIN, FAULTS_END), render_faults, AGENTIC_DOCUMENTS)]
 
 
 def replace_block(text: str, table: str, markers: tuple[str, str] = (BEGIN, END)) -> str:

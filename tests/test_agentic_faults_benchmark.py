@@ -1,0 +1,80 @@
+"""``benchmarks/agentic_faults.py`` measures what it says: its faults are the same for every
+contender and each episode's truth (lost or not) is what happens when it runs; a smoke run
+reports every contender, the targets, and aiovec leaking no lease after a SIGINT or any of
+its SIGKILL trials. No figure is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+MODULES = ("agentic_faults", "agentic_faults_contenders", "agentic_faults_workload",
+           "agentic_workload", "agentic_contenders", "harness")
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, ModuleType]]:
+    """The benchmark's modules, imported as its scripts import each other (by plain name)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    yield {name: importlib.import_module(name) for name in MODULES}
+    for name in (*MODULES, "async_native_core", "bench_envs"):
+        sys.modules.pop(name, None)
+
+
+def test_an_episode_is_lost_exactly_when_its_truth_says(bench: dict[str, ModuleType]) -> None:
+    """Played with the faults' deadline and retry, an episode fails (``ToolFailed``) exactly
+    when ``episode_truth`` says it is lost; faults are a function of the episode alone."""
+    workload_module, faults_module = bench["agentic_workload"], bench["agentic_faults_workload"]
+    workload = workload_module.Workload(num_groups=2, tool_median=0.0005)
+    faults = faults_module.Faults(hang=0.15, error=0.15, tool_deadline=0.05)
+    action = workload_module.ACTIONS[0]
+
+    async def play(slot: int, k: int) -> bool:
+        tracked = faults_module.TrackedEpisode(workload, slot, k)
+        done = False
+        try:
+            while not done:
+                _, done = await faults_module.call_tool(tracked, action, faults)
+        except faults_module.ToolFailed:
+            return True
+        return False
+
+    outcomes = {(slot, k): asyncio.run(play(slot, k)) for slot in range(16) for k in range(2)}
+    truth = {key: faults_module.episode_truth(workload, faults, *key)[0] for key in outcomes}
+    assert outcomes == truth
+    assert 0 < sum(outcomes.values()) < len(outcomes)  # both kinds were played
+    assert faults_module.tool_fault(faults, 3, 1, 2, 0) == faults_module.tool_fault(
+        faults, 3, 1, 2, 0)
+    assert 0.9 < faults_module.p_ok(workload, faults_module.Faults()) < 1.0
+
+
+@pytest.mark.slow
+def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
+        bench: dict[str, ModuleType], tmp_path: Path) -> None:
+    report = tmp_path / "agentic_faults.md"
+    subprocess.run([sys.executable, str(BENCHMARKS / "agentic_faults.py"), "--quick",
+                    "--kill-trials", "5", "--output", str(report)], capture_output=True,
+                   text=True, timeout=400, check=True)
+    text = report.read_text()
+    rows = next(table for title, table in bench["harness"].read_tables(text).items()
+                if title.startswith("Measured"))
+    assert [row["contender"] for row in rows] == list(bench["agentic_faults"].CONTENDERS)
+    for row in rows:
+        assert float(row["goodput"].replace(",", "")) > 0, row  # no error row
+        assert row["p99 ratio"].endswith("x")
+    aiovec = rows[-1]
+    assert aiovec["misreported"] == aiovec["not counted once"] == "0"
+    assert aiovec["orphaned leases"] == "0"
+    assert aiovec["leaked after SIGINT"] == "0 over 2 runs"
+    assert aiovec["leaked after SIGKILL"] == "0 over 5 trials"
+    checks = re.findall(r"^(PASS|MISS|n/a) +faults: ", text, re.M)
+    assert len(checks) == 4 and "n/a" not in checks
