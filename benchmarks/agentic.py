@@ -71,9 +71,11 @@ from harness import (
     Check,
     Plan,
     arguments,
+    closing_sections,
     describe,
     header,
     interleaved,
+    publish,
     ratio_cell,
     spread_cell,
     watchdog,
@@ -301,11 +303,7 @@ def report(args: argparse.Namespace, chosen: dict[str, tuple[Workload, tuple[str
                   f"X* = {bound.x_star:,.1f} episodes/s ({bound.binding}-bound):", "",
                   *(f"- {line}" for line in bound.lines), "",
                   f"Measured {name} (medians):", "", *table(name, names, bound, results), ""]
-    found = checks(chosen, bounds, results)
-    if found:
-        lines += ["## Target checks (reported, never asserted)", "", "```",
-                  *(check.line() for check in found), "```", ""]
-    lines += ["## Notes", "", *(f"- {note}" for note in NOTES), ""]
+    lines += closing_sections(checks(chosen, bounds, results), NOTES)
     return "\n".join(lines)
 
 
@@ -366,15 +364,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = Results()
     run_all(chosen, args.repeats, plan, args.loop, args.warmup_episodes, results)
     text = report(args, chosen, plan, results, time.perf_counter() - started, load)
-    print("\n" + text, flush=True)
-    partial = (args.quick or args.scale != 1.0 or args.contenders
-               or list(chosen) != list(VARIANTS))
-    if partial and args.output == RESULTS:
-        print(f"not a full run: {RESULTS.name} left as it was (--output writes it elsewhere)")
-        return
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"wrote {args.output}", flush=True)
+    publish(text, args.output, RESULTS, bool(args.quick or args.scale != 1.0 or args.contenders
+                                             or list(chosen) != list(VARIANTS)))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from harness import Plan
 
 import aiovec
 
-__all__ = ["CONTENDERS", "HAND_WRITTEN", "Contender", "Sample", "measure"]
+__all__ = ["CONTENDERS", "HAND_WRITTEN", "AdaptiveCap", "Contender", "Sample", "measure",
+           "per_slot"]
 
 #: The task-per-episode contender's deadline on a tool call, in tool medians (above the
 #: latency cap: it never fires, so every contender does the same work), and its retries.
@@ -221,43 +222,56 @@ async def task_per_episode(run: Run) -> None:
         await rollouts.cancel()
 
 
-async def adaptive_dispatcher(run: Run) -> None:
-    """Episode tasks up to a cap, refilled as they finish; the cap starts at B, grows while
-    the policy's queue is shorter than a batch and the cap is nearly used, and is cut to
-    ``CUT`` · the episodes in flight when the queue stays over two batches (those drain; no
-    cut again until they have)."""
-    workload, policy = run.workload, run.policy
-    low, high, big_b = 1, workload.num_slots, workload.policy_batch
-    cap = min(high, big_b)
-    in_flight: set[asyncio.Task[None]] = set()
+class AdaptiveCap:
+    """The adaptive dispatcher (prime-rl): episode tasks kept up to an in-flight cap that
+    starts at B, grows ``GROW``x per reading of the policy's queue while the queue is shorter
+    than a batch and the cap is 90 % used, and is cut to ``CUT`` · the episodes in flight after
+    ``OVERLOADED_POLLS`` readings in a row over two batches (those drain; no cut again until
+    they have)."""
 
-    async def control() -> None:
-        nonlocal cap
-        overloaded, draining = 0, False
+    def __init__(self, policy: PolicyServer) -> None:
+        self.policy = policy
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.high, self.big_b = policy.workload.num_slots, policy.workload.policy_batch
+        self.value = min(self.high, self.big_b)
+
+    async def control(self) -> None:
+        """Read the policy's queue every ``POLL_SECONDS`` and move the cap, until cancelled."""
+        overloaded, draining, big_b = 0, False, self.big_b
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            waiting = len(policy.queue)
+            waiting, running = len(self.policy.queue), len(self.in_flight)
             overloaded = overloaded + 1 if waiting > 2 * big_b else 0
-            draining = draining and len(in_flight) > cap
+            draining = draining and running > self.value
             if overloaded >= OVERLOADED_POLLS and not draining:
-                cap, overloaded, draining = max(low, int(CUT * len(in_flight))), 0, True
-            elif waiting < big_b and len(in_flight) >= 0.9 * cap:
-                cap = min(high, int(cap * GROW) + 1)
+                self.value, overloaded, draining = max(1, int(CUT * running)), 0, True
+            elif waiting < big_b and running >= 0.9 * self.value:
+                self.value = min(self.high, int(self.value * GROW) + 1)
 
-    controller = asyncio.create_task(control())
-    stream = episode_stream(workload)
+    async def dispatch(self, start: Callable[[], Coroutine[Any, Any, None]],
+                       cancel: Callable[[set[asyncio.Task[Any]]], Awaitable[None]]) -> None:
+        """Keep up to the cap of episodes in flight (``start()``: the next one), refilled as
+        they finish, until cancelled; then ``cancel`` the rest."""
+        in_flight = self.in_flight
+        controller = asyncio.create_task(self.control())
+        try:
+            while True:
+                while len(in_flight) < self.value:
+                    in_flight.add(asyncio.create_task(start()))
+                done, _ = await asyncio.wait(in_flight, timeout=DISPATCH_WAIT,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    in_flight.discard(task)
+                    task.result()
+        finally:
+            await cancel({*in_flight, controller})
+
+
+async def adaptive_dispatcher(run: Run) -> None:
+    """Episode tasks up to an adaptive cap (``AdaptiveCap``), refilled as they finish."""
+    stream = episode_stream(run.workload)
     run.running.set()
-    try:
-        while True:
-            while len(in_flight) < cap:
-                in_flight.add(asyncio.create_task(play(run, next(stream))))
-            done, _ = await asyncio.wait(in_flight, timeout=DISPATCH_WAIT,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                in_flight.discard(task)
-                task.result()
-    finally:
-        await _cancel({*in_flight, controller})
+    await AdaptiveCap(run.policy).dispatch(lambda: play(run, next(stream)), _cancel)
 
 
 async def hand_written_loop(run: Run) -> None:
@@ -268,12 +282,20 @@ async def hand_written_loop(run: Run) -> None:
         for episode in slot_episodes(run.workload, slot):
             await play(run, episode)
 
-    tasks = {asyncio.create_task(slot_loop(slot)) for slot in range(run.workload.num_slots)}
-    run.running.set()
+    await per_slot(run.workload.num_slots, slot_loop, run.running, _cancel)
+
+
+async def per_slot(num_slots: int, slot_loop: Callable[[int], Coroutine[Any, Any, None]],
+                   running: asyncio.Event,
+                   cancel: Callable[[set[asyncio.Task[Any]]], Awaitable[None]]) -> None:
+    """A task per slot running ``slot_loop(slot)`` (``running`` set once they are started),
+    until cancelled; then ``cancel`` them."""
+    tasks = {asyncio.create_task(slot_loop(slot)) for slot in range(num_slots)}
+    running.set()
     try:
         await asyncio.gather(*tasks)
     finally:
-        await _cancel(tasks)
+        await cancel(tasks)
 
 
 async def aiovec_env_centric(run: Run, backend: str) -> None:

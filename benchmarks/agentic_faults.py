@@ -69,7 +69,16 @@ from agentic_faults_contenders import CONTENDERS, FaultSample, run_child, spec_f
 from agentic_faults_workload import NO_FAULTS, Faults, fault_limits, p_ok, scaled
 from agentic_workload import Workload
 from async_native_core import HAVE_UVLOOP
-from harness import Check, arguments, describe, header, interleaved, spread_cell
+from harness import (
+    Check,
+    arguments,
+    closing_sections,
+    describe,
+    header,
+    interleaved,
+    publish,
+    spread_cell,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "agentic_faults.md"
 AIOVEC = "aiovec async"
@@ -363,11 +372,7 @@ def report(args: argparse.Namespace, names: Sequence[str], workload: Workload,
               *(f"- {line}" for line in bound.lines), "",
               "Measured (medians; counts summed over the repeats):", "",
               *table(names, goal, results), ""]
-    found = checks(goal, results)
-    if found:
-        lines += ["## Target checks (reported, never asserted)", "", "```",
-                  *(check.line() for check in found), "```", ""]
-    lines += ["## Notes", "", *(f"- {note}" for note in NOTES), ""]
+    lines += closing_sections(checks(goal, results), NOTES)
     return "\n".join(lines)
 
 
@@ -420,13 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = Results()
     run_all(args, names, workload, faults, results)
     text = report(args, names, workload, faults, results, time.perf_counter() - started, load)
-    print("\n" + text, flush=True)
-    if (args.quick or args.scale != 1.0 or wanted) and args.output == RESULTS:
-        print(f"not a full run: {RESULTS.name} left as it was (--output writes it elsewhere)")
-        return
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"wrote {args.output}", flush=True)
+    publish(text, args.output, RESULTS, bool(args.quick or args.scale != 1.0 or wanted))
 
 
 if __name__ == "__main__":

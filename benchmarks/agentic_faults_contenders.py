@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from agentic_contenders import CUT, DISPATCH_WAIT, GROW, OVERLOADED_POLLS, POLL_SECONDS
+from agentic_contenders import AdaptiveCap, per_slot
 from agentic_faults_workload import (
     Faults,
     FaultyChatEnv,
@@ -302,40 +302,12 @@ async def task_per_episode(run: Run) -> None:
 
 
 async def adaptive_dispatcher(run: Run) -> None:
-    """Episode tasks up to a cap moved by the policy's queue (as in ``agentic_contenders``);
-    errored rollouts dropped from training."""
-    workload, policy = run.workload, run.policy
-    big_b, high = workload.policy_batch, workload.num_slots
-    cap = min(high, big_b)
-    in_flight: set[asyncio.Task[None]] = set()
-
-    async def control() -> None:
-        nonlocal cap
-        overloaded, draining = 0, False
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            waiting = len(policy.queue)
-            overloaded = overloaded + 1 if waiting > 2 * big_b else 0
-            draining = draining and len(in_flight) > cap
-            if overloaded >= OVERLOADED_POLLS and not draining:
-                cap, overloaded, draining = max(1, int(CUT * len(in_flight))), 0, True
-            elif waiting < big_b and len(in_flight) >= 0.9 * cap:
-                cap = min(high, int(cap * GROW) + 1)
-
-    controller = asyncio.create_task(control())
-    episodes = stream(workload)
+    """Episode tasks up to an adaptive cap (``agentic_contenders.AdaptiveCap``); errored
+    rollouts dropped from training."""
+    episodes = stream(run.workload)
     run.running.set()
-    try:
-        while True:
-            while len(in_flight) < cap:
-                in_flight.add(asyncio.create_task(play_reported(run, next(episodes), "lost")))
-            done, _ = await asyncio.wait(in_flight, timeout=DISPATCH_WAIT,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                in_flight.discard(task)
-                task.result()
-    finally:
-        await _cancel({*in_flight, controller})
+    await AdaptiveCap(run.policy).dispatch(
+        lambda: play_reported(run, next(episodes), "lost"), _cancel)
 
 
 async def hand_written_loop(run: Run) -> None:
@@ -345,12 +317,7 @@ async def hand_written_loop(run: Run) -> None:
         for k in itertools.count():
             await play_reported(run, TrackedEpisode(run.workload, slot, k), "lost")
 
-    tasks = {asyncio.create_task(slot_loop(slot)) for slot in range(run.workload.num_slots)}
-    run.running.set()
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        await _cancel(tasks)
+    await per_slot(run.workload.num_slots, slot_loop, run.running, _cancel)
 
 
 async def aiovec_env_centric(run: Run) -> None:

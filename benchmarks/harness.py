@@ -24,8 +24,9 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-__all__ = ["CellTimeout", "Check", "Plan", "Timed", "Timing", "arguments", "describe", "header",
-           "interleaved", "machine", "median_range", "number", "ratio_cell", "read_tables",
+__all__ = ["CellTimeout", "Check", "Plan", "Timed", "Timing", "arguments", "closing_sections",
+           "describe", "header", "interleaved", "machine", "median_range", "number",
+           "publish", "ratio_cell", "read_tables",
            "revision", "spread", "spread_cell", "stamped", "stamped_async", "time_steps",
            "time_steps_async", "together", "versions", "watchdog"]
 
@@ -265,6 +266,27 @@ class Check:
         if len(repeats) > 1:
             line += "; per repeat: " + " ".join(repeats)
         return line
+
+
+def publish(text: str, output: Path, default: Path, partial: bool) -> None:
+    """Print a report; write it to ``output``, unless a partial run (smaller, or of a subset)
+    would overwrite the full run's report at ``default``."""
+    print("\n" + text, flush=True)
+    if partial and output == default:
+        print(f"not a full run: {default.name} left as it was (--output writes it elsewhere)")
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(f"wrote {output}", flush=True)
+
+
+def closing_sections(checks: Sequence[Check], notes: Sequence[str]) -> list[str]:
+    """A report's last sections: its target checks (if any) and its notes."""
+    lines: list[str] = []
+    if checks:
+        lines += ["## Target checks (reported, never asserted)", "", "```",
+                  *(check.line() for check in checks), "```", ""]
+    return [*lines, "## Notes", "", *(f"- {note}" for note in notes), ""]
 
 
 def start_server(script: str | Path) -> tuple[subprocess.Popen[str], str]:
