@@ -18,17 +18,19 @@ framework does with a failed episode, and aiovec (async backend, a restart polic
 failure budget, ``aiovec.limit`` for creations and the judge, the lease's delete registered
 as a cleanup).
 
-Method: each run is a process of its own (uvloop): it starts, warms up, is timed for a
-window, reports, and is then sent SIGINT mid-run; the leases left in its ledger once it has
-exited (and 5 s more for a cleanup keeper) leaked. Per repeat, each contender runs with
-faults and without (the fault-free run: same leases and judge, no faults). In the window:
-goodput (episodes not lost and reported as not lost, per second), the latency of episodes no
-fault touched (p50, p99), episodes lost and reported lost, misreported (an infrastructure
-failure reported as the env's outcome, or the reverse), not counted once (dropped unreported
-or reported twice), and leases alive at the window's end that their owner does not know of
-(orphans), and the process's CPU time per wall second (orchestrator CPU: the simulated
-tools, policy and judge included). Then kill trials: a small run (N = 256) SIGKILLed at a
-random moment after its first leases exist; leases left 5 s after its death leaked.
+Method: each run is a process of its own (uvloop): it starts, warms up (timed from its start,
+for every contender alike), is timed for a window, reports, and is then sent SIGINT mid-run;
+the leases left in its ledger once it has exited (and 5 s more for a cleanup keeper) leaked.
+Per repeat, each contender runs with faults (each repeat with a fault seed of its own) and
+without (the fault-free run: same leases and judge, no faults). In the window: goodput
+(episodes not lost and reported as not lost, per second), the latency of episodes no fault
+touched (p50, p99), episodes lost and reported lost, misreported (an infrastructure failure
+reported as the env's outcome, or the reverse), not counted once (reported twice, or, where a
+slot plays its episodes one after another, skipped unreported), leases alive at the window's
+end that their owner does not know of (orphans), and the process's CPU time per wall second
+(orchestrator CPU: the simulated tools, policy and judge included). Then kill trials: a small
+run (N = 256) SIGKILLed at a random moment of the 3 s after its first leases exist; leases
+left 5 s after its death leaked.
 
 Targets (aiovec, 2 cores): goodput ≥ 95 % of X* · P(ok) (P(ok): the chance an episode is not
 lost, from the fault rates and the tasks' turns); p99 of unaffected episodes ≤ 1.10x the
@@ -92,6 +94,9 @@ QUICK_FAULTS = dataclasses.replace(FAULTS, tool_deadline=1.5)  # past the tools'
 LEDGERS = "/dev/shm" if os.path.isdir("/dev/shm") else None
 #: Seconds the ledger is watched after the owner's exit (a cleanup keeper's work).
 GRACE = 5.0
+#: A kill trial's SIGKILL lands at a random moment of this many seconds after its first leases
+#: exist (its episodes take about a second: several have ended by then).
+KILL_WITHIN = 3.0
 KINDS = ("faults", "fault-free")
 
 
@@ -195,14 +200,15 @@ def run_cell(contender: str, workload: Workload, faults: Faults, seconds: float,
 
 
 def kill_trial(contender: str, faults: Faults, loop: str, rng: random.Random) -> int:
-    """A small run SIGKILLed at a random moment once its leases exist → leases leaked."""
+    """A small run SIGKILLed at a random moment of its first ``KILL_WITHIN`` seconds after its
+    first leases exist (episodes ending, restarts, leases made and deleted) → leases leaked."""
     ledger = Path(tempfile.mkdtemp(prefix="aiovec-leases-", dir=LEDGERS))
     try:
         process = _start(spec_for(contender, KILL_WORKLOAD, faults, ledger, "kill", 3600.0,
                                   0.0, loop))
         try:
             _until(_lines(process), "READY", 120.0)
-            time.sleep(rng.uniform(0.0, 0.5))
+            time.sleep(rng.uniform(0.0, KILL_WITHIN))
         finally:
             process.kill()
             process.wait()
@@ -216,10 +222,12 @@ def kill_trial(contender: str, faults: Faults, loop: str, rng: random.Random) ->
 
 def run_all(args: argparse.Namespace, names: Sequence[str], workload: Workload,
             faults: Faults, results: Results) -> None:
-    plans = {"faults": (faults, args.seconds, args.warmup),
-             "fault-free": (dataclasses.replace(NO_FAULTS, tool_deadline=faults.tool_deadline),
-                            args.clean_seconds, args.clean_warmup)}
+    clean = dataclasses.replace(NO_FAULTS, tool_deadline=faults.tool_deadline)
     for repeat in range(args.repeats):
+        # Each repeat meets faults of its own (another seed: other episodes fail).
+        plans = {"faults": (dataclasses.replace(faults, seed=faults.seed + repeat), args.seconds,
+                            args.warmup),
+                 "fault-free": (clean, args.clean_seconds, args.clean_warmup)}
         print(f"\n== repeat {repeat + 1}/{args.repeats}", flush=True)
         for kind, name in interleaved([(k, n) for k in KINDS for n in names], str(repeat)):
             key = (kind, name)
@@ -249,9 +257,10 @@ def run_all(args: argparse.Namespace, names: Sequence[str], workload: Workload,
             continue
         print(f"  kill trials {name:<32}", end="", flush=True)
         leaked = results.kills.setdefault(name, [])
-        for _ in range(trials):
+        for trial in range(trials):
             try:
-                leaked.append(kill_trial(name, faults, args.loop, rng))
+                leaked.append(kill_trial(name, dataclasses.replace(faults, seed=1000 + trial),
+                                         args.loop, rng))
             except Exception as error:
                 results.errors[("kill", name)] = describe(error)
                 break
@@ -266,22 +275,26 @@ def _cell(value: float | None, text: str) -> str:
     return "—" if value is None else text.format(value)
 
 
+def _leaks(cells: Sequence[Cell]) -> str:
+    """Leases left after the SIGINT, summed over ``cells``, with any exit that went wrong."""
+    notes = [cell.exit_note for cell in cells if cell.exit_note]
+    return (f"{sum(cell.leaked for cell in cells)} over {len(cells)} runs"
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
 def table(names: Sequence[str], goal: float, results: Results) -> list[str]:
     lines = ["| contender | goodput | % of X*·P(ok) | fault-free goodput | p99 unaffected | "
              "p99 fault-free | p99 ratio | lost (reported lost) | misreported | "
-             "not counted once | orphaned leases | leaked after SIGINT | leaked after SIGKILL "
-             "| orchestrator CPU | spread |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "not counted once | orphaned leases | leaked after SIGINT | leaked after SIGINT, "
+             "fault-free | leaked after SIGKILL | orchestrator CPU | spread |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         key, clean = ("faults", name), ("fault-free", name)
         if key in results.errors:
-            lines.append(f"| {name} | error: {results.errors[key]} |" + " |" * 13)
+            lines.append(f"| {name} | error: {results.errors[key]} |" + " |" * 14)
             continue
         goodput = results.median(key, lambda c: c.sample.goodput)
         p99, p99_clean = (results.median(k, lambda c: c.sample.p99) for k in (key, clean))
-        leaked = [c.leaked for k in (key, clean) for c in results.cells.get(k, [])]
-        notes = [c.exit_note for k in (key, clean) for c in results.cells.get(k, [])
-                 if c.exit_note]
         kills = results.kills.get(name, [])
         cells = [
             _cell(goodput, "{:,.1f}"), _cell(None if goodput is None else goodput / goal,
@@ -292,8 +305,7 @@ def table(names: Sequence[str], goal: float, results: Results) -> list[str]:
             *(str(sum(results.values(key, figure))) for figure in (
                 lambda c: c.sample.lost, lambda c: c.sample.misreported,
                 lambda c: c.sample.not_once, lambda c: c.sample.orphans)),
-            f"{sum(leaked)} over {len(leaked)} runs" + (f" ({'; '.join(notes)})"
-                                                        if notes else ""),
+            *(_leaks(results.cells.get(k, [])) for k in (key, clean)),
             f"{sum(kills)} over {len(kills)} trials" if kills else "—",
             _cell(results.median(key, lambda c: c.sample.cpu), "{:.0%}"),
             spread_cell(results.values(key, lambda c: c.sample.goodput))]
@@ -339,10 +351,20 @@ NOTES = (
     "(the provider's reply named it); aiovec's env names the sandbox before the create and "
     "deletes it by name. That is client code any contender could adopt; what it cannot "
     "adopt without aiovec is the cleanup that runs after a SIGKILL (the kill trials).",
-    "Kill trials run N = 256 with the same faults; the keeper of the owner's process runs "
+    "Kill trials run N = 256 with the same fault rates (a seed per trial), killed at a random "
+    "moment of the 3 s after their first leases exist; the keeper of the owner's process runs "
     "the leases' deletes after its death. The other contenders get fewer trials "
     "(`--kill-trials-others`): with nothing outside the process, every lease alive at the "
     "kill leaks.",
+    "Not counted once: an episode reported twice, or, for the contenders whose slots play "
+    "their episodes one after another (lockstep, hand-written, aiovec), one skipped between "
+    "two reports of its slot. The task-per-episode and dispatcher patterns run a slot's "
+    "episodes side by side, so only the first check applies to them.",
+    "Orchestrator CPU is the contender's process; aiovec's cleanup keeper (a process of its "
+    "own, sent an add and a discard per lease) is not counted.",
+    "Goodput counts the episodes that finish in the window, a sample of the task pool whose "
+    "mean length differs from the pool's by a few percent (one round of tasks averages 8.47 "
+    "to 9.07 turns against 8.70), so it can read a little above X* · P(ok).",
 )
 
 
@@ -383,10 +405,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = arguments(__doc__, repeats=3, seconds=15.0,
                        quick="one repeat at N = 128 with 1.5 s deadlines, ~1 minute",
                        output=RESULTS)
-    parser.add_argument("--warmup", type=float, default=12.0,
-                        help="seconds before the window with faults (12: past a deadline)")
+    parser.add_argument("--warmup", type=float, default=14.0,
+                        help="seconds from the start to the window with faults (14: the "
+                             "sandboxes' first creations, then past a deadline)")
     parser.add_argument("--clean-seconds", type=float, default=8.0)
-    parser.add_argument("--clean-warmup", type=float, default=3.0)
+    parser.add_argument("--clean-warmup", type=float, default=8.0,
+                        help="seconds from the start to the fault-free window (8: the first "
+                             "creations, then past the p99 latency)")
     parser.add_argument("--kill-trials", type=int, default=None,
                         help="SIGKILL trials of aiovec (200; --quick: 3)")
     parser.add_argument("--kill-trials-others", type=int, default=None,

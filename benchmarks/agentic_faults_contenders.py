@@ -95,8 +95,12 @@ class Spacing:
 class Recorder:
     """Counts the window's reports against the truth of each episode."""
 
-    def __init__(self, workload: Workload, faults: Faults, sandboxes: Sandboxes) -> None:
+    def __init__(self, workload: Workload, faults: Faults, sandboxes: Sandboxes,
+                 sequential: bool) -> None:
         self.workload, self.faults, self.sandboxes = workload, faults, sandboxes
+        #: Each slot plays its episodes one after another: a slot's k-th report must follow
+        #: its (k-1)-th, and a gap is an episode dropped unreported.
+        self.last_k: dict[int, int] | None = {} if sequential else None
         self.recording = False
         self.closed = asyncio.Event()
         self.seen: set[int] = set()
@@ -115,8 +119,13 @@ class Recorder:
             self.not_once += 1
             return
         self.seen.add(tracked_id)
-        lost, affected = episode_truth(self.workload, self.faults, tracked_id >> 32,
-                                       tracked_id & 0xFFFFFFFF)
+        slot, k = tracked_id >> 32, tracked_id & 0xFFFFFFFF
+        if self.last_k is not None:
+            previous = self.last_k.get(slot)
+            if previous is not None and k != previous + 1:
+                self.not_once += abs(k - previous - 1)  # skipped (or gone back over) episodes
+            self.last_k[slot] = k
+        lost, affected = episode_truth(self.workload, self.faults, slot, k)
         if outcome == "dropped":
             self.not_once += 1
         elif (outcome == "lost") != lost:  # "scored" (a loss kept), or "ok" when lost
@@ -270,9 +279,8 @@ async def lockstep_gather(run: Run) -> None:
                 raise result
             recorder.report(tracked.id, "lost" if isinstance(result, BaseException) else "ok",
                             started, ended[tracked.id])
-        if recorder.elapsed() >= run.seconds:
-            recorder.close()
-            await asyncio.Event().wait()  # until interrupted
+        if recorder.recording and recorder.elapsed() >= run.seconds:
+            recorder.close()  # and on with the next batches, until interrupted
 
 
 async def task_per_episode(run: Run) -> None:
@@ -394,6 +402,8 @@ CONTENDERS: dict[str, Callable[[Run], Coroutine[Any, Any, None]]] = {
 }
 #: Contenders that time their own window (whole batches).
 ALIGNED = {"lockstep gather (SkyRL/verl)"}
+#: Contenders whose slots each play their episodes one after another (checked for gaps).
+SEQUENTIAL = {"lockstep gather (SkyRL/verl)", "hand-written loop", "aiovec async"}
 
 
 # --------------------------------------------------------------------- the child's run
@@ -413,15 +423,17 @@ async def _child(spec: dict[str, Any]) -> None:
     name, ledger, owner = spec["contender"], spec["ledger"], spec["owner"]
     sandboxes = provider(ledger, faults, owner)
     policy = PolicyServer(workload)
-    recorder = Recorder(workload, faults, sandboxes)
+    recorder = Recorder(workload, faults, sandboxes, sequential=name in SEQUENTIAL)
     run = Run(workload, faults, policy, sandboxes, recorder, spec["seconds"], ledger, owner,
               Spacing(faults.creation_rate), asyncio.Semaphore(faults.judge_concurrency))
     server = asyncio.create_task(policy.serve())
+    began = time.perf_counter()
     work = asyncio.create_task(CONTENDERS[name](run))
     try:
         await _first(work, run.running)
-        await asyncio.sleep(spec["warmup"] if name not in ALIGNED else 0.0)
         print("READY", flush=True)  # leases exist: a kill trial may strike now
+        if name not in ALIGNED:  # from the contender's start, for all alike (aiovec's
+            await asyncio.sleep(spec["warmup"] - (time.perf_counter() - began))  # make too)
         if name not in ALIGNED:
             recorder.open()
             await asyncio.sleep(spec["seconds"])

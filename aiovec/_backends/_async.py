@@ -384,6 +384,12 @@ class AsyncBackend(Backend):
                     self._end_turn(slot)
                     continue
                 op, payload, pending, position = slot.jobs.popleft()
+                if self.closing and op is not Op.CLOSE and not slot.discarded:
+                    # It waited for a permit while the close began: given up, as in _next_job.
+                    if pending is not None:
+                        pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
+                    self._end_turn(slot)
+                    continue
                 try:
                     if op is not step_op:
                         reply = await _HANDLERS[op](slot, payload)

@@ -273,7 +273,7 @@ async def test_a_discarded_cleanup_runs_nowhere(backend: str, tmp_path: Path,
 class SlowStepLeaseEnv(aiovec.AsyncEnv[Any, Any]):
     """A coroutine env holding a directory, whose steps take ``STEP`` seconds."""
 
-    STEP = 0.3
+    STEP = 1.0  # long beside the close: a step may not end before the close begins
     stepping = 0
     all_stepping: anyio.Event | None = None  # set once ``expected`` steps have begun
     expected = 0
@@ -298,16 +298,19 @@ class SlowStepLeaseEnv(aiovec.AsyncEnv[Any, Any]):
         return np.zeros(1), 0.0, False, False, {}
 
 
+@pytest.mark.parametrize("max_concurrency", [None, 2])
 @pytest.mark.parametrize("cancelled", [False, True])
 async def test_sub_envs_stepping_when_the_close_begins_close_once_their_step_ends(
-        cancelled: bool, tmp_path: Path, no_leaks: None) -> None:
+        cancelled: bool, max_concurrency: int | None, tmp_path: Path, no_leaks: None) -> None:
     """Async backend: a close (or a cancelled ``async with``) while steps run closes each
-    sub-env when its step is over, its cleanups included, not at ``close_timeout``."""
-    SlowStepLeaseEnv.stepping, SlowStepLeaseEnv.expected = 0, 8
+    sub-env when its step is over, its cleanups included, not at ``close_timeout``; a step
+    still waiting for a permit (``max_concurrency``) is given up, not run first."""
+    SlowStepLeaseEnv.stepping = 0
+    SlowStepLeaseEnv.expected = max_concurrency or 8
     SlowStepLeaseEnv.all_stepping = all_stepping = anyio.Event()
     envs = aiovec.AsyncVectorEnv(
         [functools.partial(SlowStepLeaseEnv, index, str(tmp_path)) for index in range(8)],
-        backend="async", close_timeout=60.0)
+        backend="async", close_timeout=60.0, max_concurrency=max_concurrency)
 
     async def rollout() -> None:
         async with envs:
@@ -318,7 +321,7 @@ async def test_sub_envs_stepping_when_the_close_begins_close_once_their_step_end
             else:
                 await envs.aclose()
 
-    with anyio.fail_after(30.0):  # the close takes a step's time (0.3 s), not 60 s
+    with anyio.fail_after(30.0):  # the close takes a step's time (1 s), not 60 s
         async with anyio.create_task_group() as group:
             group.start_soon(rollout)
             if cancelled:
@@ -326,6 +329,8 @@ async def test_sub_envs_stepping_when_the_close_begins_close_once_their_step_end
                 group.cancel_scope.cancel()
     assert directories(tmp_path) == [] and len(record(tmp_path)) == 8
     assert envs.statistics().cleanups_run == 8
+    if cancelled:  # (closed at once, none may have begun)
+        assert SlowStepLeaseEnv.stepping == SlowStepLeaseEnv.expected  # the waiting never ran
 
 
 def test_register_cleanup_checks_its_arguments() -> None:

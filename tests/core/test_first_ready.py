@@ -439,18 +439,20 @@ async def test_a_send_while_recv_restarts_a_sub_env_waits_for_the_restart(
     started, finish = anyio.Event(), anyio.Event()
     steps: list[int] = []
 
-    class SlowToRemake(aiovec.AsyncEnv[Any, Any]):
-        made = 0
+    made = [0, 0]  # instances made per sub-env (their hosts make them in any order)
 
-        def __init__(self) -> None:
+    class SlowToRemake(aiovec.AsyncEnv[Any, Any]):
+        def __init__(self, position: int) -> None:
             self.observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
             self.action_space = gym.spaces.Discrete(1000)
-            SlowToRemake.made += 1
-            self.index, self.fail = SlowToRemake.made, SlowToRemake.made == 1
+            made[position] += 1
+            self.position = position
+            self.fail = position == 0 and made[0] == 1  # sub-env 0's first instance
+            self.remade = position == 0 and made[0] == 2
 
         async def reset(self, *, seed: int | None = None,
                         options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-            if self.index == 3:  # the remade sub-env 0, reset by the restart
+            if self.remade:  # reset by the restart
                 started.set()
                 await finish.wait()
             return np.zeros(1), {}
@@ -458,34 +460,38 @@ async def test_a_send_while_recv_restarts_a_sub_env_waits_for_the_restart(
         async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
             if self.fail:
                 raise RuntimeError("boom")
-            steps.append(self.index)
+            steps.append(self.position)
             return np.full(1, float(action)), 1.0, False, False, {}
 
-    async with aiovec.AsyncVectorEnv([SlowToRemake, SlowToRemake], backend="async",
-                                     autoreset_mode="SameStep", restart=True) as envs:
+    factories = [functools.partial(SlowToRemake, position) for position in (0, 1)]
+    async with aiovec.AsyncVectorEnv(factories, backend="async", autoreset_mode="SameStep",
+                                     restart=True) as envs:
         await envs.reset()
         envs.send(np.zeros(1, dtype=np.int64), [0])
-        async with anyio.create_task_group() as group:
-            received: list[aiovec.StepBatch] = []
+        received: list[aiovec.StepBatch] = []
 
-            async def receive() -> None:
-                received.append(await envs.recv())
+        async def receive() -> None:
+            received.append(await envs.recv())
 
-            group.start_soon(receive)
-            await started.wait()
-            envs.send(np.full(1, 7, dtype=np.int64), [1])  # queued, not refused
-            with pytest.raises(aiovec.BusyError, match="waiting for recv"):
-                envs.send(np.zeros(1, dtype=np.int64), [0])
-            with pytest.raises(aiovec.BusyError, match="restarting"):
-                await envs.reset()
-            for _ in range(20):
-                await anyio.lowlevel.checkpoint()
-            assert steps == []  # not dispatched while the restart runs
-            finish.set()
+        with anyio.fail_after(30):  # a failure below must not leave the restart waiting
+            async with anyio.create_task_group() as group:
+                group.start_soon(receive)
+                try:
+                    await started.wait()
+                    envs.send(np.full(1, 7, dtype=np.int64), [1])  # queued, not refused
+                    with pytest.raises(aiovec.BusyError, match="waiting for recv"):
+                        envs.send(np.zeros(1, dtype=np.int64), [0])
+                    with pytest.raises(aiovec.BusyError, match="restarting"):
+                        await envs.reset()
+                    for _ in range(20):
+                        await anyio.lowlevel.checkpoint()
+                    assert steps == []  # not dispatched while the restart runs
+                finally:
+                    finish.set()
+            batch = await envs.recv()
         assert received[0].env_ids.tolist() == [0] and received[0].truncations.all()
-        batch = await envs.recv()
         assert batch.env_ids.tolist() == [1] and batch.observations[0, 0] == 7.0
-        assert steps == [2]
+        assert steps == [1]
 
 
 @pytest.mark.parametrize("backend", CONCURRENT_IN_PROCESS_BACKENDS)
