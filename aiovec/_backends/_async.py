@@ -385,7 +385,9 @@ class AsyncBackend(Backend):
                     continue
                 op, payload, pending, position = slot.jobs.popleft()
                 if self.closing and op is not Op.CLOSE and not slot.discarded:
-                    # It waited for a permit while the close began: given up, as in _next_job.
+                    # Queued before the close began (behind a running request, or waiting for
+                    # a permit): given up; the close itself runs, so that a sub-env busy when
+                    # the close began closes once its request is over.
                     if pending is not None:
                         pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
                     self._end_turn(slot)
@@ -446,15 +448,7 @@ class AsyncBackend(Backend):
             self._retired.discard(slot)
             if not self._retired and self._retired_closed is not None:
                 self._retired_closed.set()
-        jobs = slot.jobs
-        if self.closing and not slot.discarded:
-            # Closing: what was queued before the close is given up; the close itself runs
-            # (a sub-env busy when the close began closes once its request is over).
-            while jobs and jobs[0][0] is not Op.CLOSE:
-                op, _, pending, position = jobs.popleft()
-                if pending is not None:
-                    pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
-        if jobs and not self._cancelled_all:
+        if slot.jobs and not self._cancelled_all:  # closing: _serve gives up all but the CLOSE
             self._waiting.append(slot)
         else:
             slot.busy = False
