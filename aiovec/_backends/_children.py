@@ -73,6 +73,9 @@ class Child:
         self.cleanups = (0, 0)
         self._pidfd = pidfd
         self._status = status
+        #: Our own child: reaped here, and its pid ours until then. A supervisor's child
+        #: (``status`` given) is never signalled or waited for by pid: it may be reused.
+        self._ours = status is None
         self._status_unknown = False
         self._watcher: anyio.Event | None = None
         if self._pidfd is None and hasattr(os, "pidfd_open"):
@@ -94,7 +97,7 @@ class Child:
                     self.returncode = _UNKNOWN_STATUS
             elif self._popen is not None:
                 self.returncode = self._popen.poll()
-            else:
+            elif self._ours:
                 with contextlib.suppress(ChildProcessError):
                     pid, status = os.waitpid(self.pid, os.WNOHANG)
                     if pid:
@@ -123,7 +126,7 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 if self._popen is None and self._pidfd is not None:
                     signal.pidfd_send_signal(self._pidfd, signum)
-                else:
+                elif self._ours:  # not reaped yet (poll said so): the pid is still its own
                     os.kill(self.pid, signum)
 
     async def wait(self, timeout: float) -> int | None:
@@ -163,14 +166,21 @@ class Child:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not readable([self._sentinel], remaining):
                     break
-        elif self.poll() is None:
+        elif self._ours and self.poll() is None:
             with contextlib.suppress(ChildProcessError):
                 _, status = os.waitpid(self.pid, 0)  # fork children die fast once killed
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.poll()
 
     def close(self) -> None:
-        """Release the exit descriptors (after the process was reaped, or abandoned)."""
+        """Release the exit descriptors (after the process was reaped, or abandoned).
+
+        A supervisor's child whose status has not come is from then on taken as exited,
+        status unknown: without its pidfd nothing can address it safely (its pid may name
+        another process by now), so it is never signalled or waited for again.
+        """
+        if not self._ours and self.returncode is None:
+            self._status_unknown = True
         if self._status is not None:
             self._status.close()
             self._status = None

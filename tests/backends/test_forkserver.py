@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._backends._children import STARTED, started_child
 from aiovec._backends._process import _backend as _process
 from tests.envs import PidEnv, worker_pids
 from tests.leaks import (
@@ -107,3 +110,29 @@ async def test_a_fork_server_that_cannot_start_fails_the_start_cleanly(
     with pytest.raises(ChildProcessError, match=r"fork server .* is gone: exit code 5"):
         await envs.start()
     await envs.aclose()
+
+
+def test_a_released_handle_never_signals_the_pid_its_worker_had() -> None:
+    """A fork server's worker is signalled through the pidfd the server passed along; once
+    its handle is released (a restart or a close that did not see it exit), its pid may name
+    another process. The handle then takes the worker as exited, status unknown, and signals
+    nothing. (It used to fall back to ``os.kill(pid)``: a close SIGKILLed whatever had reused
+    the pid, once another test's fork server.)"""
+    # Stands in for the process that reused the pid: a child of this test's own.
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    status, relay = socket.socketpair()
+    try:
+        worker = started_child(STARTED.pack(other.pid), [os.pidfd_open(other.pid)], status,
+                               "the fork server")
+        assert worker.poll() is None  # no status relayed yet
+        worker.close()
+        worker.signal(signal.SIGKILL)
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would end it in ms
+            other.wait(1.0)
+        assert worker.poll() is not None and worker.describe_exit() == "exit status unknown"
+        assert worker.wait_blocking(None) is not None  # nothing to wait for either
+    finally:
+        relay.close()
+        other.kill()
+        other.communicate()  # reaps it, and closes its stdin
