@@ -325,11 +325,14 @@ class AsyncBackend(Backend):
         pending = _AsyncPending(op, env_indices, arrivals)
         slots, closing, lost, give_turn = self._slots, self.closing, self._lost, self._give_turn
         unlimited = self.max_concurrency is None  # then nothing ever waits for a permit
+        close = op is Op.CLOSE
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if closing or env_index in lost:
                 pending.deliver(position, given_up_reply(env_index, op, _GIVEN_UP))
                 continue
             slot = slots[env_index]
+            if close:
+                self._give_up_queued(slot)
             slot.jobs.append((op, payload, pending, position))
             if not slot.busy:
                 slot.busy = True
@@ -340,6 +343,16 @@ class AsyncBackend(Backend):
         if not unlimited:
             self._start_waiting()
         return pending
+
+    @staticmethod
+    def _give_up_queued(slot: _AsyncSlot) -> None:
+        """The close is sent: what the sub-env has queued (behind a running request, or
+        waiting for a permit) is given up at once and never runs; the close runs next, so a
+        sub-env busy when the close began closes once its request is over."""
+        for op, _, pending, position in slot.jobs:
+            if pending is not None:
+                pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
+        slot.jobs.clear()
 
     def _start_waiting(self) -> None:
         """Give the waiting slots their turn, as far as the concurrency cap allows."""
@@ -384,14 +397,6 @@ class AsyncBackend(Backend):
                     self._end_turn(slot)
                     continue
                 op, payload, pending, position = slot.jobs.popleft()
-                if self.closing and op is not Op.CLOSE and not slot.discarded:
-                    # Queued before the close began (behind a running request, or waiting for
-                    # a permit): given up; the close itself runs, so that a sub-env busy when
-                    # the close began closes once its request is over.
-                    if pending is not None:
-                        pending.deliver(position, given_up_reply(slot.env_index, op, _GIVEN_UP))
-                    self._end_turn(slot)
-                    continue
                 try:
                     if op is not step_op:
                         reply = await _HANDLERS[op](slot, payload)
@@ -448,7 +453,7 @@ class AsyncBackend(Backend):
             self._retired.discard(slot)
             if not self._retired and self._retired_closed is not None:
                 self._retired_closed.set()
-        if slot.jobs and not self._cancelled_all:  # closing: _serve gives up all but the CLOSE
+        if slot.jobs and not self._cancelled_all:
             self._waiting.append(slot)
         else:
             slot.busy = False

@@ -19,7 +19,8 @@ import sniffio
 from gymnasium.vector import AutoresetMode
 
 import aiovec
-from aiovec._backends._async import AsyncBackend
+from aiovec._backends._async import _GIVEN_UP, AsyncBackend
+from aiovec._core._requests import NO_REPLY, Failure, Op
 from aiovec.testing import AsyncAdapter, CountingEnv
 
 pytestmark = pytest.mark.anyio
@@ -461,3 +462,59 @@ async def test_a_host_given_up_on_with_no_env_to_close_ends_at_once(anyio_backen
     started = anyio.current_time()
     await backend.aclose(5.0)
     assert backend._hosts_alive == 0 and anyio.current_time() - started < 0.5
+
+
+class GatedIOEnv(IOEnv):
+    """Its steps wait for ``gate``."""
+
+    def __init__(self, gate: anyio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        await self.gate.wait()
+        return await super().step(action)
+
+
+@pytest.mark.parametrize("max_concurrency", [None, 1])
+async def test_what_is_queued_when_the_close_is_sent_is_given_up_at_once(
+        anyio_backend: Any, max_concurrency: int | None) -> None:
+    """Requests queued when the close is sent (behind a running step, or waiting for a
+    permit) are answered as given up there and then, and never run; running steps end as
+    they would, then every sub-env closes."""
+    gate = anyio.Event()
+    made: list[GatedIOEnv] = []
+
+    def factory() -> GatedIOEnv:
+        made.append(GatedIOEnv(gate))
+        return made[-1]
+
+    backend = AsyncBackend([factory, factory], AutoresetMode.NEXT_STEP,
+                           max_concurrency=max_concurrency)
+    await (await backend.start()).wait()
+    reset = backend.submit(Op.RESET, [0, 1], [(0, None), (1, None)])  # (seed, options)
+    await reset.wait()
+    assert not reset.failures()
+    first = backend.submit(Op.STEP, [0], [1])
+    # Env 0's second step queues behind its first; env 1's steps at once, or (one permit,
+    # held by env 0) waits for the permit.
+    second = backend.submit(Op.STEP, [0, 1], [2, 3])
+    env_1_waits = max_concurrency == 1
+    await anyio.wait_all_tasks_blocked()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(backend.aclose, 30.0)
+            try:
+                await anyio.wait_all_tasks_blocked()
+                given_up = [isinstance(reply, Failure) and reply.description == _GIVEN_UP
+                            for reply in second.replies]
+                assert given_up == [True, env_1_waits]
+                assert first.replies[0] is NO_REPLY  # still at its step
+            finally:
+                gate.set()
+        await first.wait()
+    assert not first.failures() and first.replies[0][1] == 1.0  # its reward: its action
+    if not env_1_waits:
+        assert second.replies[1][1] == 3.0
+    assert [env.steps for env in made] == [1, 0 if env_1_waits else 1]
+    assert all(env.closed.is_set() for env in made)
