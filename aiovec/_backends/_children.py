@@ -188,6 +188,12 @@ class Child:
             os.close(self._pidfd)
             self._pidfd = None
 
+    def exitcode(self) -> int | None:
+        """The exit status, ``None`` while alive or when it cannot be known (its fork server
+        died, or the handle was released first)."""
+        code = self.poll()
+        return None if self._status_unknown else code
+
     def host_name(self, index: int) -> str:
         """How errors name this worker."""
         return f"worker process {index} (pid {self.pid})"

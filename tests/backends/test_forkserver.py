@@ -87,6 +87,7 @@ async def test_a_killed_server_takes_its_workers_and_is_replaced(no_leaks: None)
             await envs.step(np.ones(2, np.int64))
         cause: Any = caught.value.exceptions[0].__cause__
         assert caught.value.env_ids == (0, 1) and "exit status unknown" in str(cause)
+        assert cause.exitcode is None  # unknown, as the message says
         await envs.reset(seed=1)  # restarts both workers, through a new server
         new_workers = await worker_pids(envs)
         assert not set(new_workers) & set(workers)

@@ -96,6 +96,9 @@ class ParentThread:
                 self.returncode = 0 if self.error is None else 1
         return self.returncode
 
+    def exitcode(self) -> int | None:
+        return self.poll()
+
     def signal(self, signum: int) -> None:
         """Any signal that would end a worker process abandons this one: from now on it
         writes nothing into shared memory."""

@@ -376,7 +376,7 @@ class ProcessPending(Pending):
 
     def _fail_hosted(self, worker: WorkerHandle) -> None:
         reason = WorkerDiedError(worker.describe_death(), list(worker.env_indices),
-                                 worker.process.poll(), worker.process.descendants_ended)
+                                 worker.process.exitcode(), worker.process.descendants_ended)
         for env_index in self.hosted_by(worker):
             self.replies[self.position(env_index)] = Failure(
                 env_index, self.op.value, reason, str(reason), "")
