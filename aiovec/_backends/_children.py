@@ -199,8 +199,8 @@ class Child:
         return f"worker process {index} (pid {self.pid})"
 
     def describe_exit(self) -> str:
-        code = self.poll()
-        if code is None or self._status_unknown:
+        code = self.exitcode()
+        if code is None:
             return "exit status unknown"
         if code < 0:
             with contextlib.suppress(ValueError):
