@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import math
 import os
 import statistics
 import time
@@ -156,7 +157,9 @@ class Results:
         return [figure(sample) for _, sample in self.samples.get(key, [])]
 
     def median(self, key: Key, figure: Callable[[Sample], float]) -> float | None:
-        values = self.values(key, figure)
+        """The median over the repeats that have the figure (a window in which no episode
+        ended has no latency: NaN), None if none has."""
+        values = [value for value in self.values(key, figure) if not math.isnan(value)]
         return statistics.median(values) if values else None
 
     def by_repeat(self, key: Key, figure: Callable[[Sample], float]) -> dict[int, float]:

@@ -1,6 +1,6 @@
 """Shared fixtures: every async test runs on asyncio, asyncio + uvloop and trio (a Ray
 variant on trio and uvloop only in the Ray backend's own tests: ``RAY_ON_EVERY_LOOP``), each
-loop against every other parameter pairwise (tests/variants.py)."""
+loop against every backend, every value of every parameter met (tests/variants.py)."""
 
 from __future__ import annotations
 
@@ -127,8 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config,
     grouping = config.pluginmanager.hasplugin("xdist")
     variants.deselect(config, items,
                       [item for item in items if _ray_off_asyncio_elsewhere(item)])
-    # Every loop against every other parameter pairwise, not every combination
-    # (tests/variants.py; AIOVEC_VARIANTS=full runs them all).
+    # Under AIOVEC_VARIANTS=pairwise: every loop against every other parameter pairwise, not
+    # every combination (tests/variants.py; the default design chooses later: EachDesign).
     variants.deselect(config, items, variants.left_out(items, EVENT_LOOPS, _item_uses_ray))
     for item in items:
         callspec = getattr(item, "callspec", None)

@@ -102,6 +102,7 @@ def test_both_env_classes_and_the_task_loops_play_the_same_episodes(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # the run's own bound, not pytest-timeout's default
 def test_a_smoke_run_reports_every_variant_contender_and_target(
         bench: dict[str, ModuleType], tmp_path: Path) -> None:
     report = tmp_path / "agentic.md"
@@ -119,14 +120,17 @@ def test_a_smoke_run_reports_every_variant_contender_and_target(
         assert [row["contender"] for row in rows] == list(variant.contenders)
         x_star = float(limits[name].replace(",", ""))
         for row in rows:
-            rate = float(row["episodes/s"].replace(",", ""))
-            assert rate > 0, row  # no error row
+            rate = float(row["episodes/s"].replace(",", ""))  # not an error row
+            assert float(row["agent turns/s"].replace(",", "")) > 0, row  # it ran
             assert float(row["% of X*"].removesuffix("%")) == pytest.approx(
                 100 * rate / x_star, abs=1)
             assert 0 < float(row["mean batch / B"]) <= 1
-            p50, p99 = (float(row[column].removesuffix(" s")) for column in
-                        ("p50 latency", "p99 latency"))
-            assert 0 < p50 <= p99
+            latencies = [row[column] for column in ("p50 latency", "p99 latency")]
+            if rate == 0:  # a loaded machine ended no episode in the 0.5 s window
+                assert latencies == ["—", "—"], row
+            else:
+                p50, p99 = (float(cell.removesuffix(" s")) for cell in latencies)
+                assert 0 < p50 <= p99
             assert row["orchestrator CPU"].endswith("%")
     checks = re.findall(r"^(PASS|MISS|n/a) +([\w-]+): ", text, re.M)
     assert [variant for _, variant in checks] == ["base", "base", "base", "stress",

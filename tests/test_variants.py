@@ -1,6 +1,6 @@
 """The covering designs of tests/variants.py: which variants of a test run, and that every value
 of every parameter still meets every loop (pairwise), Ray (each value once), or the
-interpreter (``each``)."""
+interpreter (``each``), and every loop meets every backend (``loops``, the default)."""
 
 from __future__ import annotations
 
@@ -145,6 +145,21 @@ def test_each_keeps_the_fewest_variants_that_meet_every_value(
     assert len(rows) == len(BACKENDS)
 
 
+def test_loops_meets_every_value_and_every_loop_on_every_backend(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = collected(pytester, monkeypatch, "loops")
+    rows = kept["test_rollout"]
+    assert met(rows, "backend", "anyio_backend") == set(
+        itertools.product(BACKENDS, EVENT_LOOPS))
+    for parameter, values in (("kind", KINDS), ("mode", MODES)):
+        assert {row[parameter] for row in rows} == set(values), parameter
+    assert len(rows) == len(BACKENDS) * len(EVENT_LOOPS)  # the pairs: no variant more
+    assert len(kept["test_one_mechanism"]) == len(BACKENDS) * len(EVENT_LOOPS)
+    # A test with no loop meets each value once, as under ``each``.
+    sync = kept["test_sync_rollout"]
+    assert {row["kind"] for row in sync} == set(KINDS) and len(sync) == len(KINDS)
+
+
 def test_full_keeps_every_variant(pytester: pytest.Pytester,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     kept = collected(pytester, monkeypatch, "full")
@@ -153,14 +168,17 @@ def test_full_keeps_every_variant(pytester: pytest.Pytester,
     assert len(kept["test_one_mechanism"]) == len(EVENT_LOOPS) * len(BACKENDS)
 
 
-def collect_differential(design: str, *arguments: str) -> list[list[str]]:
+def collect_differential(design: str | None, *arguments: str) -> list[list[str]]:
     """The ids of ``test_async_rollouts_match_sync_vector_env``'s variants that a real
-    collection under ``design`` keeps, split (loop, space, mode, backend): the suite's own
-    conftest, ``-m`` and ``-k`` included."""
+    collection under ``design`` (None: the default) keeps, split (loop, space, mode,
+    backend): the suite's own conftest, ``-m`` and ``-k`` included."""
+    environment = {key: value for key, value in os.environ.items() if key != "AIOVEC_VARIANTS"}
+    if design is not None:
+        environment["AIOVEC_VARIANTS"] = design
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
          *arguments, "tests/core/test_differential.py"],
-        cwd=REPO, env={**os.environ, "AIOVEC_VARIANTS": design}, capture_output=True,
+        cwd=REPO, env=environment, capture_output=True,
         text=True, timeout=300, check=True)
     name = "test_async_rollouts_match_sync_vector_env["
     return [line.split(name, 1)[1].rstrip("]").split("-") for line in done.stdout.splitlines()
@@ -177,6 +195,13 @@ def test_the_suite_collects_each_design() -> None:
     for position, values in ((1, KINDS), (2, MODES), (3, local)):
         assert {(ids[position], ids[0]) for ids in pairwise} == set(
             itertools.product(values, loops))
+    # loops (the default): every loop on every backend, every space and mode met.
+    loops_kept = collect_differential("loops")
+    assert loops_kept == collect_differential(None)  # the default
+    assert {(ids[0], ids[3]) for ids in loops_kept} == set(itertools.product(loops, local))
+    assert {ids[1] for ids in loops_kept} == set(KINDS)
+    assert {ids[2] for ids in loops_kept} == set(MODES)
+    assert len(loops_kept) == len(loops) * len(local)
     # each: chosen after -m and -k (the uvloop variants are slow, so are the process ones).
     each = collect_differential("each", "-m", "not slow", "-k", "not trio")
     assert {ids[0] for ids in each} == {"asyncio"}
