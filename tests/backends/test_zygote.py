@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from tests.envs import PidEnv, SurroundingsEnv, worker_pids
 from tests.leaks import ZYGOTE_MODULE, command_line, parent_pid, wait_for_exit
 
 pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def running_zygote() -> int:
@@ -177,3 +181,35 @@ async def test_a_replaced_zygote_serves_its_servers_to_the_end(
         assert await handle.wait(10) == -signal.SIGKILL and handle.describe_exit() == (
             "killed by SIGKILL")
     assert wait_for_exit([server, old], 10) == []
+
+
+_EXITING_SCRIPT = """
+import asyncio
+import aiovec
+from aiovec._backends._process import _zygote
+from tests.envs import PidEnv
+
+async def main():
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as envs:
+        await envs.reset(seed=0)
+    # A second one, so that one zygote has served two servers, each stopped.
+    async with aiovec.AsyncVectorEnv([PidEnv] * 2, backend="process") as envs:
+        await envs.reset(seed=0)
+
+asyncio.run(main())
+shim = aiovec.VectorEnv([PidEnv] * 2, backend="process")
+shim.reset(seed=0)
+shim.close()
+print("zygote", _zygote.running()[0], flush=True)
+"""
+
+
+def test_a_script_that_closed_its_vector_envs_exits_with_its_zygote_reaped() -> None:
+    """At exit the zygote of a process whose vector envs were all closed exits, and is
+    reaped: no child left running unawaited (Python's ResourceWarning said so, in every
+    pytest-xdist worker's last words too)."""
+    done = subprocess.run([sys.executable, "-W", "default", "-c", _EXITING_SCRIPT],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    zygote = int(done.stdout.split()[-1])
+    assert wait_for_exit([zygote], 10) == []

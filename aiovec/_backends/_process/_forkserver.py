@@ -73,6 +73,8 @@ class ForkServer:
         except BaseException:
             control.close()
             raise
+        #: Forked by a zygote (which is told when it stops: ``_zygote.server_stopped``).
+        self._forked = forked is not None
         if forked is not None:
             self.process = forked
         else:  # started as an interpreter, on a new socket: the zygote may have left a server
@@ -126,7 +128,7 @@ class ForkServer:
             self.process.signal(signal.SIGKILL)
             await self.process.wait(timeout)
         self.process.close()
-        _zygote.reap_retired()  # a replaced zygote exits with its last server
+        self._stopped()
 
     def stop_blocking(self, timeout: float) -> None:
         """``stop`` for callers off the event loop (start-up failures, restarts, close_nowait)."""
@@ -135,7 +137,11 @@ class ForkServer:
             self.process.signal(signal.SIGKILL)
             self.process.wait_blocking(timeout)
         self.process.close()
-        _zygote.reap_retired()
+        self._stopped()
+
+    def _stopped(self) -> None:
+        _zygote.server_stopped(self._forked)  # a replaced zygote exits with its last server
+        self._forked = False
 
 
 # ---------------------------------------------------------------------- in the server

@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,7 @@ try:
 except ImportError:  # pragma: no cover - not a Unix (no fork server there either)
     resource = None  # type: ignore[assignment]
 
-__all__ = ["MARKER", "enabled", "fork_server", "reap_retired", "running"]
+__all__ = ["MARKER", "enabled", "fork_server", "reap_retired", "running", "server_stopped"]
 
 #: In the command line of the zygote and so of every fork server and worker forked below it,
 #: as in a started fork server's (``_forkserver.MARKER``), before the caller's pid.
@@ -59,6 +60,10 @@ MARKER = "aiovec-forkserver"
 _VOLATILE = ("PYTEST_CURRENT_TEST",)
 #: Seconds the caller waits for a zygote's answer (the first one waits for its imports).
 _REPLY_TIMEOUT = 120.0
+#: Seconds interpreter exit waits for its zygotes to exit, and reaps them, when every server
+#: they forked was stopped (each exits once its socket is closed and its last server has: at
+#: once then). With a vector env left open, they exit after this process.
+_EXIT_WAIT = 1.0
 #: Descriptors handed over with each request, before the caller's standard streams.
 _CONTROL, _LIFELINE, _STATUS, _DIRECTORY = range(4)
 #: Largest request: the volatile variables and which standard streams follow.
@@ -160,6 +165,8 @@ _zygote: _Zygote | None = None
 #: Zygotes replaced, or closed at exit, that may still run: reaped once they exited.
 _retired: list[subprocess.Popen[bytes]] = []
 _retired_lock = threading.Lock()
+#: Servers forked by this process's zygotes and not stopped yet (under ``_retired_lock``).
+_servers = 0
 
 
 def fork_server(control_end: int, lifeline: int) -> Child | None:
@@ -179,10 +186,25 @@ def fork_server(control_end: int, lifeline: int) -> Child | None:
         if zygote is None:
             zygote = _zygote = _Zygote(context)
         server = zygote.fork_server(control_end, lifeline)
+        if server is not None:
+            _count_servers(+1)
         if zygote.gone:  # gone before the request: the next vector env starts a new one
             zygote.retire()
             _zygote = None
         return server
+
+
+def server_stopped(forked: bool) -> None:
+    """A fork server was stopped (``forked``: by a zygote): reap the zygotes that exited."""
+    if forked:
+        _count_servers(-1)
+    reap_retired()
+
+
+def _count_servers(change: int) -> None:
+    global _servers
+    with _retired_lock:
+        _servers += change
 
 
 def reap_retired() -> None:
@@ -236,7 +258,8 @@ def _inheritable(fd: int) -> bool:
 
 
 def _close_at_exit() -> None:
-    """It exits once the servers of vector envs still open have (they go with this process)."""
+    """It exits once the servers of vector envs still open have (they go with this process);
+    reaped here when it does within ``_EXIT_WAIT`` (no child left running unawaited)."""
     global _zygote
     if _lock.acquire(timeout=1.0):  # a thread may be mid-request: then leave it be
         try:
@@ -245,12 +268,22 @@ def _close_at_exit() -> None:
                 _zygote = None
         finally:
             _lock.release()
+    deadline = time.monotonic() + _EXIT_WAIT
+    if _retired_lock.acquire(timeout=1.0):
+        try:
+            for popen in list(_retired) if _servers == 0 else ():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    popen.wait(max(0.0, deadline - time.monotonic()))
+                    _retired.remove(popen)
+        finally:
+            _retired_lock.release()
 
 
 def _forget_in_child() -> None:
     """A forked copy of the caller does not share its zygote (nor a lock held mid-request)."""
-    global _lock, _retired_lock, _zygote
+    global _lock, _retired_lock, _servers, _zygote
     _lock, _retired_lock = threading.Lock(), threading.Lock()
+    _servers = 0
     if _zygote is not None:
         _zygote.control.close()
         _zygote = None
