@@ -77,8 +77,7 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 # The process-backend tests of these suites run a second time with a parent worker (one share
 # of the sub-envs on a thread of the test process: aiovec's parent_worker=True), so that its
 # failures, deadlines, restarts and rollouts are checked exactly as a worker process's are.
-# Every variant (AIOVEC_VARIANTS=full) but uvloop's (slow): the pairwise design would leave
-# out the combinations it gave uvloop (tests/variants.py).
+# Every variant (AIOVEC_VARIANTS=full) but uvloop's (slow): a few hundred, ~25 s.
 PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_ready.py \
 	tests/core/test_loop_citizenship.py tests/core/test_out.py tests/core/test_limits.py \
 	tests/faults tests/shim

@@ -253,9 +253,10 @@ def ratio_check(label: str, results: Results, key: Key, others: Sequence[Key],
                default=None)
     mine_by_repeat = results.by_repeat(key, figure)
     theirs = [results.by_repeat(o, figure) for o in others]
-    per_repeat = [value / max(t[r] for t in theirs if r in t)
-                  for r, value in sorted(mine_by_repeat.items())
-                  if any(r in t for t in theirs)]
+    best_by_repeat = {r: max((t[r] for t in theirs if r in t), default=0.0)
+                      for r in mine_by_repeat}
+    per_repeat = [value / best_by_repeat[r] for r, value in sorted(mine_by_repeat.items())
+                  if best_by_repeat[r]]  # none measured, or all 0 (a loaded smoke run)
     return Check(label, None if mine is None or not best else mine / best, target,
                  per_repeat=per_repeat)
 

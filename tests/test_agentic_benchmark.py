@@ -102,7 +102,7 @@ def test_both_env_classes_and_the_task_loops_play_the_same_episodes(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)  # the run's own bound, not pytest-timeout's default
+@pytest.mark.timeout(300)  # past the run's own bound (240 s), not pytest-timeout's 120
 def test_a_smoke_run_reports_every_variant_contender_and_target(
         bench: dict[str, ModuleType], tmp_path: Path) -> None:
     report = tmp_path / "agentic.md"
@@ -126,8 +126,8 @@ def test_a_smoke_run_reports_every_variant_contender_and_target(
                 100 * rate / x_star, abs=1)
             assert 0 < float(row["mean batch / B"]) <= 1
             latencies = [row[column] for column in ("p50 latency", "p99 latency")]
-            if rate == 0:  # a loaded machine ended no episode in the 0.5 s window
-                assert latencies == ["—", "—"], row
+            if latencies == ["—", "—"]:  # a loaded machine ended no episode in the window
+                assert rate == 0, row
             else:
                 p50, p99 = (float(cell.removesuffix(" s")) for cell in latencies)
                 assert 0 < p50 <= p99
@@ -135,4 +135,7 @@ def test_a_smoke_run_reports_every_variant_contender_and_target(
     checks = re.findall(r"^(PASS|MISS|n/a) +([\w-]+): ", text, re.M)
     assert [variant for _, variant in checks] == ["base", "base", "base", "stress",
                                                   "cpu-heavy"]
-    assert all(verdict in ("PASS", "MISS") for verdict, _ in checks)
+    # n/a: no figure to compare with, which only a contender that ended no episode gives.
+    idle = {name for name in agentic.VARIANTS if any(
+        row["p50 latency"] == "—" for row in tables[f"Measured {name} (medians):"])}
+    assert all(verdict in ("PASS", "MISS") or variant in idle for verdict, variant in checks)

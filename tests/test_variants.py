@@ -19,6 +19,7 @@ from tests.backends_matrix import EVENT_LOOPS
 KINDS = ["box", "discrete", "dict", "tuple", "cartpole"]
 MODES = ["NextStep", "SameStep", "Disabled"]
 BACKENDS = ["inline", "thread", "process", "async", "ray"]
+START_METHODS = ["forkserver", "spawn", "fork"]
 REPO = Path(__file__).resolve().parent.parent
 
 TEST_FILE = f"""
@@ -47,6 +48,16 @@ def test_one_mechanism(anyio_backend, backend):
 @pytest.mark.parametrize("backend", ["inline", "process"])
 @pytest.mark.parametrize("kind", ["box", "dict", "tuple"])
 def test_too_few_to_thin(anyio_backend, kind, backend):
+    pass
+
+@pytest.mark.parametrize("crash", ["kill", "exit"])
+@pytest.mark.parametrize("start_method", {START_METHODS!r})
+def test_start_methods(anyio_backend, start_method, crash):
+    pass
+
+@pytest.mark.parametrize("start_method", {START_METHODS!r})
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_script_on_a_loop(loop, start_method):
     pass
 
 @pytest.mark.parametrize(("kind", "size"), [("box", 1), ("dict", 2), ("tuple", 3)])
@@ -155,9 +166,13 @@ def test_loops_meets_every_value_and_every_loop_on_every_backend(
         assert {row[parameter] for row in rows} == set(values), parameter
     assert len(rows) == len(BACKENDS) * len(EVENT_LOOPS)  # the pairs: no variant more
     assert len(kept["test_one_mechanism"]) == len(BACKENDS) * len(EVENT_LOOPS)
-    # A test with no loop meets each value once, as under ``each``.
-    sync = kept["test_sync_rollout"]
-    assert {row["kind"] for row in sync} == set(KINDS) and len(sync) == len(KINDS)
+    # A start method is what a loop waits on too; so is a loop a script runs on.
+    assert met(kept["test_start_methods"], "start_method", "anyio_backend") == set(
+        itertools.product(START_METHODS, EVENT_LOOPS))
+    assert len(kept["test_a_script_on_a_loop"]) == 2 * len(START_METHODS)
+    # A test on no loop is thinned as under ``pairwise``.
+    assert sorted((row["kind"], row["backend"]) for row in kept["test_sync_rollout"]) == sorted(
+        itertools.product(KINDS, BACKENDS[:-1]))
 
 
 def test_full_keeps_every_variant(pytester: pytest.Pytester,
@@ -185,7 +200,7 @@ def collect_differential(design: str | None, *arguments: str) -> list[list[str]]
             if name in line]
 
 
-@pytest.mark.slow  # three collections in subprocesses
+@pytest.mark.slow  # five collections in subprocesses
 def test_the_suite_collects_each_design() -> None:
     loops, local = list(EVENT_LOOPS), BACKENDS[:-1]
     full = collect_differential("full")

@@ -4,11 +4,13 @@ Covering designs: each is a choice of variants that still meets every value of e
 parameter. ``AIOVEC_VARIANTS`` names the design: ``loops`` (the default), ``pairwise``,
 ``each`` (the other Pythons ``make test`` runs) or ``full`` (every variant: ``make full``).
 
-``loops``, the default, keeps of every test a few variants (a greedy cover) that meet each
-value of each parameter at least once and every pair of a loop and a backend: each loop
-waits, wakes and cancels on each backend in every test that runs on several of both, while
-the other parameters (spaces, autoreset modes, sizes) are met once each. On a 2-core machine
-that the suite keeps busy, it takes about 80 % of ``pairwise``'s time.
+``loops``, the default, keeps of every test that runs on several event loops a few variants
+(a greedy cover) that meet each value of each parameter at least once and every pair of a
+loop and a backend (or a start method: ``LOOP_PAIRS``): each loop waits, wakes and cancels
+on each backend in every test that runs on several of both, while the other parameters
+(spaces, autoreset modes, sizes) are met once each. A test on no loop (the sync shim's) is
+thinned as under ``pairwise``. The suite's tests then add up to about 88 % of ``pairwise``'s
+time.
 
 ``pairwise`` also meets every loop with every value of every other parameter. It is two
 rules:
@@ -54,6 +56,10 @@ DESIGN = os.environ.get("AIOVEC_VARIANTS", "loops")
 if DESIGN not in ("pairwise", "loops", "each", "full"):
     raise RuntimeError(f"AIOVEC_VARIANTS={DESIGN!r}: use pairwise, loops, each or full")
 LOOP_PARAMETER = "anyio_backend"
+#: Under ``loops``: every value of one of the first parameters (a loop: the test's own, or
+#: one a script it runs uses) meets every value of one of the second (what a loop waits on:
+#: the backend, the process backend's start method).
+LOOP_PAIRS = (("anyio_backend", "loop"), ("backend", "start_method"))
 #: The parameter of the backend a test runs on (its Ray variants are those on Ray).
 BACKEND_PARAMETER = "backend"
 #: The Ray backend's own tests: every Ray variant runs there.
@@ -65,12 +71,14 @@ Key = tuple[tuple[str, int], ...]
 
 def left_out(items: Sequence[pytest.Item], loops: dict[str, Any],
              uses_ray: Callable[[pytest.Item], bool]) -> list[pytest.Item]:
-    """The variants of ``items`` the pairwise design leaves out (none under another design);
-    ``uses_ray`` tells the tests on Ray."""
-    if DESIGN != "pairwise":
+    """The variants of ``items`` the pairwise design leaves out (under ``loops``, of the tests
+    with no loop; none under another design); ``uses_ray`` tells the tests on Ray."""
+    if DESIGN not in ("pairwise", "loops"):
         return []
     out: list[pytest.Item] = []
     for variants in _by_test(items):
+        if DESIGN == "loops" and _on_loops(variants):
+            continue  # chosen after -m and -k: each_left_out
         ray = [item for item in variants if uses_ray(item)]
         if ray and not variants[0].nodeid.startswith(RAY_OWN_TESTS):
             out.extend(_each_left_out(ray, BACKEND_PARAMETER))
@@ -84,13 +92,27 @@ def left_out(items: Sequence[pytest.Item], loops: dict[str, Any],
 
 
 def each_left_out(items: Sequence[pytest.Item]) -> list[pytest.Item]:
-    """The variants of ``items`` the ``each`` or ``loops`` design leaves out (none under
-    another)."""
-    if DESIGN not in ("each", "loops"):
-        return []
-    pair = (LOOP_PARAMETER, BACKEND_PARAMETER) if DESIGN == "loops" else None
-    return [item for variants in _by_test(items)
-            for item in _each_left_out(variants, "", pair)]
+    """The variants of ``items`` the ``each`` design leaves out, or the ``loops`` design of
+    the tests on loops (none under another)."""
+    if DESIGN == "each":
+        return [item for variants in _by_test(items) for item in _each_left_out(variants, "")]
+    if DESIGN == "loops":
+        return [item for variants in _by_test(items) if _on_loops(variants)
+                for item in _each_left_out(variants, "", LOOP_PAIRS)]
+    return []
+
+
+def _on_loops(variants: list[pytest.Item]) -> bool:
+    """Whether a test's variants run on several loops (its own, or a script's)."""
+    for name in LOOP_PAIRS[0]:
+        values: list[Any] = []
+        for item in variants:
+            params = item.callspec.params  # type: ignore[attr-defined]
+            if name in params:
+                _position(values, params[name])
+        if len(values) > 1:
+            return True
+    return False
 
 
 def _by_test(items: Sequence[pytest.Item]) -> list[list[pytest.Item]]:
@@ -170,17 +192,18 @@ def _latin_left_out(variants: list[pytest.Item], assigned: str, name_of: Callabl
 
 
 def _each_left_out(variants: list[pytest.Item], leaving: str,
-                   pair: tuple[str, str] | None = None) -> list[pytest.Item]:
+                   pairs: tuple[Sequence[str], Sequence[str]] = ((), ())) -> list[pytest.Item]:
     """The variants of one test left out when a few that meet each value of each parameter
-    but ``leaving`` (and, given ``pair``, each pair of those two parameters' values) are kept
-    (greedily: the variant meeting the most not met yet first)."""
+    but ``leaving``, and each pair of values of a parameter in ``pairs[0]`` and one in
+    ``pairs[1]``, are kept (greedily: the variant meeting the most not met yet first)."""
     seen: dict[str, list[Any]] = defaultdict(list)
     keyed: list[tuple[tuple[Any, ...], pytest.Item]] = []
     for item in variants:
         key: tuple[Any, ...] = _key(item.callspec.params, seen, leaving)  # type: ignore[attr-defined]
         values = dict(key)
-        if pair is not None and pair[0] in values and pair[1] in values:
-            key += ((pair, (values[pair[0]], values[pair[1]])),)
+        key += tuple(((first, second), (values[first], values[second]))
+                     for first in pairs[0] if first in values
+                     for second in pairs[1] if second in values)
         keyed.append((key, item))
     if len({key for key, _ in keyed}) < len(keyed):  # one object under two ids
         return []

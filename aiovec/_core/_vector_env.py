@@ -23,13 +23,7 @@ from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
 from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
 from aiovec._core._health import Health
-from aiovec._core._in_flight import (
-    START_TIMEOUT,
-    USE_DEFAULT,
-    InFlight,
-    Timeout,
-    checked_timeout,
-)
+from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout, checked_timeout
 from aiovec._core._observations import check_out
 from aiovec._core._options import AsyncVectorOptions, takes_options, with_defaults
 from aiovec._core._recovery import Recovery
@@ -37,11 +31,7 @@ from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
 from aiovec._core._selection import COROUTINE_ENVS_FOUND, BackendSelection
-from aiovec._core._spaces import (
-    VectorSpaces,
-    check_observation_mode,
-    resolve_spaces,
-)
+from aiovec._core._spaces import VectorSpaces, check_observation_mode, resolve_spaces
 from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
 from aiovec._exceptions import BusyError, NotStartedError, SubEnvErrorGroup
 from aiovec._limits._shared import SharedLimits
@@ -62,11 +52,18 @@ EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[As
 _running: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
 
 
-@atexit.register
 def _close_left_running() -> None:
     for envs in list(_running):
         if not envs.closed:
             envs._close_unclosed()
+
+
+def _close_at_exit(envs: AsyncVectorEnv) -> None:
+    """Closed at exit if still open, before the exit handlers of what its start imported
+    (atexit runs the last registered first: the process backend's zygote waits for them)."""
+    _running.add(envs)
+    atexit.unregister(_close_left_running)
+    atexit.register(_close_left_running)
 
 
 class AsyncVectorEnv(FirstReadyCalls):
@@ -109,6 +106,9 @@ class AsyncVectorEnv(FirstReadyCalls):
     hang or die instead of raising; see docs/guide/failures.md. Use it as ``async with
     AsyncVectorEnv(...) as envs:`` or close it with ``await aclose()``.
     """
+
+    #: What the warning of one left open says to do (a sync shim says its own ``close``).
+    _how_to_close = "use `async with` or `await envs.aclose()`"
 
     @takes_options(AsyncVectorOptions)
     def __init__(self, env_fns: Sequence[EnvFactory],
@@ -230,7 +230,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._render_mode = descriptions[0].render_mode
         self._allocate_buffers(self._spaces, buffers)
         self._state = State.RUNNING
-        _running.add(self)
+        _close_at_exit(self)
 
     async def aclose(self) -> None:
         """Close every sub-env and release all resources. Idempotent, bounded in time.
@@ -286,8 +286,7 @@ class AsyncVectorEnv(FirstReadyCalls):
 
     def _close_unclosed(self) -> None:
         self.close_nowait()  # first: the warning may be turned into an error
-        warnings.warn(f"unclosed {self!r}: use `async with` or `await envs.aclose()`",
-                      ResourceWarning, stacklevel=1)
+        warnings.warn(f"unclosed {self!r}: {self._how_to_close}", ResourceWarning, stacklevel=1)
 
     @property
     def closed(self) -> bool:

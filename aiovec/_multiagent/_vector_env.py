@@ -151,6 +151,15 @@ class AsyncParallelVectorEnv:
         """Tear everything down without waiting (for ``__del__`` and emergencies)."""
         self._env.close_nowait()
 
+    @property
+    def _how_to_close(self) -> str:
+        """What the warning of one left open says to do (a sync shim says its own)."""
+        return self._env._how_to_close
+
+    @_how_to_close.setter
+    def _how_to_close(self, advice: str) -> None:
+        self._env._how_to_close = advice
+
     async def __aenter__(self) -> AsyncParallelVectorEnv:
         await self.start()
         return self

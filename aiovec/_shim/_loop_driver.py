@@ -325,6 +325,16 @@ class LoopDriver:
                 with _outer_loop_set_aside():
                     self._finish()
 
+    def abandon(self) -> None:
+        """Close the loop without running it (interpreter shutdown: no loop may run then, and
+        what was left on it cannot finish). Idempotent."""
+        with self._driving:
+            if not self._closed:
+                self._closed = True
+                with contextlib.suppress(Exception):  # shutting down: nothing left to tell
+                    self._loop.remove_reader(self._wakeup_reader.fileno())
+                self._close_loop()
+
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once empty
             while self._wakeup_reader.recv(64):
@@ -341,6 +351,9 @@ class LoopDriver:
                 loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
-            loop.close()
-            self._wakeup_reader.close()
-            self._wakeup_writer.close()
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.close()
+        self._wakeup_reader.close()
+        self._wakeup_writer.close()

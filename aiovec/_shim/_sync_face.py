@@ -54,6 +54,9 @@ class AsyncCore(Protocol[_Actions_contra, _StepResult_co, _StepBatch_co]):
 
     def close_nowait(self) -> None: ...
 
+    #: What the warning of one left open says to do.
+    _how_to_close: str
+
     def send(self, actions: _Actions_contra, env_ids: Any = None, *,
              timeout: Timeout = USE_DEFAULT) -> None: ...
 
@@ -106,6 +109,7 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
     def __init__(self, env: AsyncCore[ActionsT, StepResultT, StepBatchT]) -> None:
         """Start ``env`` on a new event loop; if it cannot start, close the loop and raise."""
         self._env = env
+        env._how_to_close = "use `with` or call `envs.close()`"
         self._pending: _Pending | None = None
         self.closed = False
         self._loop = LoopDriver()
@@ -272,6 +276,7 @@ class SyncFace(Generic[ActionsT, StepResultT, StepBatchT]):
         """
         if not self._loop.alive:  # the interpreter is shutting down: no loop to close on
             self._env.close_nowait()
+            self._loop.abandon()
             return
         try:
             if self._pending is not None:

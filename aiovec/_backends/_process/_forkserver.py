@@ -73,8 +73,6 @@ class ForkServer:
         except BaseException:
             control.close()
             raise
-        #: Forked by a zygote (which is told when it stops: ``_zygote.server_stopped``).
-        self._forked = forked is not None
         if forked is not None:
             self.process = forked
         else:  # started as an interpreter, on a new socket: the zygote may have left a server
@@ -140,8 +138,7 @@ class ForkServer:
         self._stopped()
 
     def _stopped(self) -> None:
-        _zygote.server_stopped(self._forked)  # a replaced zygote exits with its last server
-        self._forked = False
+        _zygote.server_stopped(self.process.pid)  # a replaced zygote exits with its last server
 
 
 # ---------------------------------------------------------------------- in the server

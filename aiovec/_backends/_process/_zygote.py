@@ -62,7 +62,8 @@ _VOLATILE = ("PYTEST_CURRENT_TEST",)
 _REPLY_TIMEOUT = 120.0
 #: Seconds interpreter exit waits for its zygotes to exit, and reaps them, when every server
 #: they forked was stopped (each exits once its socket is closed and its last server has: at
-#: once then). With a vector env left open, they exit after this process.
+#: once then). With a server still running (a vector env left open), nothing waits: they
+#: exit after this process.
 _EXIT_WAIT = 1.0
 #: Descriptors handed over with each request, before the caller's standard streams.
 _CONTROL, _LIFELINE, _STATUS, _DIRECTORY = range(4)
@@ -165,8 +166,9 @@ _zygote: _Zygote | None = None
 #: Zygotes replaced, or closed at exit, that may still run: reaped once they exited.
 _retired: list[subprocess.Popen[bytes]] = []
 _retired_lock = threading.Lock()
-#: Servers forked by this process's zygotes and not stopped yet (under ``_retired_lock``).
-_servers = 0
+#: The pids of the servers this process's zygotes forked, not stopped yet (under
+#: ``_retired_lock``; a set: a server stopped twice is forgotten once).
+_servers: set[int] = set()
 
 
 def fork_server(control_end: int, lifeline: int) -> Child | None:
@@ -187,24 +189,20 @@ def fork_server(control_end: int, lifeline: int) -> Child | None:
             zygote = _zygote = _Zygote(context)
         server = zygote.fork_server(control_end, lifeline)
         if server is not None:
-            _count_servers(+1)
+            with _retired_lock:
+                _servers.add(server.pid)
         if zygote.gone:  # gone before the request: the next vector env starts a new one
             zygote.retire()
             _zygote = None
         return server
 
 
-def server_stopped(forked: bool) -> None:
-    """A fork server was stopped (``forked``: by a zygote): reap the zygotes that exited."""
-    if forked:
-        _count_servers(-1)
-    reap_retired()
-
-
-def _count_servers(change: int) -> None:
-    global _servers
+def server_stopped(pid: int) -> None:
+    """The fork server ``pid`` was stopped (forked by a zygote or not): reap the zygotes that
+    exited."""
     with _retired_lock:
-        _servers += change
+        _servers.discard(pid)
+    reap_retired()
 
 
 def reap_retired() -> None:
@@ -271,7 +269,7 @@ def _close_at_exit() -> None:
     deadline = time.monotonic() + _EXIT_WAIT
     if _retired_lock.acquire(timeout=1.0):
         try:
-            for popen in list(_retired) if _servers == 0 else ():
+            for popen in () if _servers else list(_retired):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     popen.wait(max(0.0, deadline - time.monotonic()))
                     _retired.remove(popen)
@@ -281,9 +279,9 @@ def _close_at_exit() -> None:
 
 def _forget_in_child() -> None:
     """A forked copy of the caller does not share its zygote (nor a lock held mid-request)."""
-    global _lock, _retired_lock, _servers, _zygote
+    global _lock, _retired_lock, _zygote
     _lock, _retired_lock = threading.Lock(), threading.Lock()
-    _servers = 0
+    _servers.clear()
     if _zygote is not None:
         _zygote.control.close()
         _zygote = None
