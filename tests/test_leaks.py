@@ -3,6 +3,10 @@ good fails the test that left it, unless the test says it hangs on purpose."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+
 import pytest
 
 #: The suite's own leak fixture, on asyncio, and the marker the suite registers.
@@ -85,3 +89,30 @@ def test_a_thread_that_hangs_for_good_is_a_leak_unless_the_test_hangs_on_purpose
     assert errors == {"test_hangs.py::test_hangs_for_good",
                       "test_hangs.py::test_hangs_on_purpose_without_a_reason"}
     assert hangs_in_progress() == 0
+
+
+def test_a_released_hang_no_longer_counts_as_blocking() -> None:
+    """A hang is released the moment ``release_hangs`` returns, before its thread next runs:
+    counting it until that thread gets the GIL made the check above flaky on a busy machine
+    (``hangs_in_progress() == 1`` right after the run that released it)."""
+    from aiovec.testing import hangs_in_progress, release_hangs
+    from aiovec.testing._faults import _hang
+
+    done = threading.Event()
+
+    def hang() -> None:
+        with contextlib.suppress(Exception):
+            _hang(3600.0)
+        done.set()
+
+    thread = threading.Thread(target=hang, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while hangs_in_progress() == 0:  # polled until the thread is in its hang
+        assert time.monotonic() < deadline, "the thread never started its hang"
+        time.sleep(0.001)
+    assert release_hangs() == 1
+    assert hangs_in_progress() == 0
+    assert release_hangs() == 0  # nothing left to release
+    assert done.wait(30)
+    thread.join(30)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import functools
 import math
 import warnings
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -19,6 +17,7 @@ from gymnasium.vector import AutoresetMode
 from aiovec._core._arguments import check_count, check_env_fns, check_recv_bounds, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
 from aiovec._core._engine import BoolArray, State, StepResult
+from aiovec._core._exit import close_at_exit
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
 from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
@@ -45,25 +44,6 @@ __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 #: What makes a sub-env: a ``gymnasium.Env`` for most backends, a coroutine env (``AsyncEnv``,
 #: or an awaitable of one) for ``backend="async"``.
 EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
-
-
-#: Vector envs started and not closed yet: closed at interpreter exit, while the modules
-#: their teardown needs still exist (a ``__del__`` run later finds them half torn down).
-_running: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
-
-
-def _close_left_running() -> None:
-    for envs in list(_running):
-        if not envs.closed:
-            envs._close_unclosed()
-
-
-def _close_at_exit(envs: AsyncVectorEnv) -> None:
-    """Closed at exit if still open, before the exit handlers of what its start imported
-    (atexit runs the last registered first: the process backend's zygote waits for them)."""
-    _running.add(envs)
-    atexit.unregister(_close_left_running)
-    atexit.register(_close_left_running)
 
 
 class AsyncVectorEnv(FirstReadyCalls):
@@ -230,7 +210,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         self._render_mode = descriptions[0].render_mode
         self._allocate_buffers(self._spaces, buffers)
         self._state = State.RUNNING
-        _close_at_exit(self)
+        close_at_exit(self)
 
     async def aclose(self) -> None:
         """Close every sub-env and release all resources. Idempotent, bounded in time.

@@ -327,13 +327,18 @@ class LoopDriver:
 
     def abandon(self) -> None:
         """Close the loop without running it (interpreter shutdown: no loop may run then, and
-        what was left on it cannot finish). Idempotent."""
-        with self._driving:
+        what was left on it cannot finish). Idempotent. Left as it is while a thread, frozen
+        by the shutdown mid-call, holds it."""
+        if not self._driving.acquire(blocking=False):
+            return
+        try:
             if not self._closed:
                 self._closed = True
                 with contextlib.suppress(Exception):  # shutting down: nothing left to tell
                     self._loop.remove_reader(self._wakeup_reader.fileno())
                 self._close_loop()
+        finally:
+            self._driving.release()
 
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once empty

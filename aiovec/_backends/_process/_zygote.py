@@ -20,7 +20,6 @@ them and relays each one's exit status to the caller, as a fork server does for 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import json
@@ -44,6 +43,7 @@ from aiovec._backends._children import (
     python_command,
     started_child,
 )
+from aiovec._core._exit import after_envs_closed
 
 try:
     import resource
@@ -288,7 +288,7 @@ def _forget_in_child() -> None:
     _retired.clear()  # not this copy's children
 
 
-atexit.register(_close_at_exit)
+after_envs_closed(_close_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
