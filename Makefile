@@ -67,9 +67,9 @@ docs: $(STAMP)
 # The suite on PYTEST_WORKERS pytest-xdist workers. Its tests mostly wait (on worker
 # processes, deadlines, servers), so more workers than cores pays: on a 2-core machine the
 # full suite took 24 min serially, 16 min on 2 workers, 14 on 3 and 9.6 on 4 (other jobs
-# shared the machine). More helps little: on a quiet 2-core machine (2026-12-02, the `loops`
-# design) 4 workers took 527 s with the cores 71 % busy, 6 took 494 s at 89 %, and a busier
-# machine leaves less room. The tests marked serial time the event loop itself, which a
+# shared the machine). More helps little: on a quiet 2-core machine (2026-12-02, a covering
+# design close to today's) 4 workers took 527 s with the cores 71 % busy, 6 took 494 s at
+# 89 %, and a busier machine leaves less room. The tests marked serial time the event loop itself, which a
 # loaded machine skews: they run after, alone.
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
