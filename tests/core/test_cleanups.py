@@ -37,14 +37,15 @@ HANG = 6.0
 
 
 def remove_directory(directory: str, record: str) -> None:
-    """The cleanup: say so in ``record`` (a line per run: a second run would show), and remove
-    the sub-env's directory."""
+    """The cleanup: remove the sub-env's directory, then say so in ``record`` (a line per run:
+    a second run would show). In that order: a test that waits for the record then finds the
+    directory gone (the other order failed one on a busy machine)."""
+    shutil.rmtree(directory, ignore_errors=True)
     fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, f"{os.path.basename(directory)}\n".encode())
     finally:
         os.close(fd)
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 async def remove_directory_later(directory: str, record: str) -> None:
