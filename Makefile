@@ -26,8 +26,9 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 STAMP := $(VENV)/.installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 DEMO_STAMP := $(VENV)/.demo-installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 
-.PHONY: demo test check full lint typecheck unit quick rllib package docs bench bench-quick bench-real \
-	other-pythons soak clean
+.PHONY: demo test check full lint typecheck unit unit-parallel unit-serial beside quick rllib package \
+	docs bench bench-quick bench-real other-pythons other-pythons-parallel other-pythons-serial \
+	soak clean
 
 # A venv on PYTHON at $(VENV), with pip upgraded: made anew if it holds another Python version.
 VENV_ON_PYTHON := if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; \
@@ -52,7 +53,23 @@ $(DEMO_STAMP):
 demo: $(DEMO_STAMP)
 	$(BIN)/python examples/quickstart.py
 
-test: lint typecheck package docs unit rllib bench-quick other-pythons
+# The suite on PYTHON keeps the 2 cores only ~70 % busy (its tests mostly wait), so the stages
+# that need no quiet machine run beside it (`beside`: RLlib's tests, the benchmark's smoke run,
+# the other Pythons' parallel tests; their output is kept in BESIDE_LOG and printed after).
+# The tests that time the event loop (marked serial), on every Python, run last, alone.
+BESIDE_LOG := build/beside.log
+
+test: lint typecheck package docs
+	@$(MAKE) --no-print-directory -j2 unit-parallel beside; status=$$?; \
+		echo "=== beside the suite ($(BESIDE_LOG)):"; [ ! -f $(BESIDE_LOG) ] || cat $(BESIDE_LOG); \
+		exit $$status
+	$(MAKE) --no-print-directory unit-serial other-pythons-serial
+
+# Each stage a sub-make of one goal, in turn: none runs beside another here.
+beside:
+	@mkdir -p build; { $(MAKE) --no-print-directory rllib && \
+		$(MAKE) --no-print-directory bench-quick && \
+		$(MAKE) --no-print-directory other-pythons-parallel; } > $(BESIDE_LOG) 2>&1
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
@@ -83,11 +100,15 @@ PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_rea
 	tests/faults tests/shim
 
 # Each run leaves every test's duration in build/junit-*.xml (where the suite's time goes).
-unit: $(STAMP)
+unit: unit-parallel unit-serial
+
+unit-parallel: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not serial" --junitxml=build/junit-unit.xml
-	$(BIN)/python -m pytest -m serial --junitxml=build/junit-serial.xml
 	AIOVEC_PARENT_WORKER=1 AIOVEC_VARIANTS=full $(BIN)/python -m pytest $(XDIST) -k process \
 		-m "not serial and not slow and not worker_processes" $(PARENT_WORKER_TESTS)
+
+unit-serial: $(STAMP)
+	$(BIN)/python -m pytest -m serial --junitxml=build/junit-serial.xml
 
 # Every test not marked slow (the slow ones still run in `make unit`): 4 minutes or less.
 quick: $(STAMP)
@@ -176,10 +197,13 @@ TRIO_ON ?= 3.13
 OTHER_VARIANTS ?= each
 OTHER_LOOPS = $(if $(filter $*,$(TRIO_ON)),,-k "not trio")
 
-other-pythons:
+# other-pythons-parallel and other-pythons-serial: one of the two runs of each (make test
+# runs the serial tests last, alone).
+other-pythons other-pythons-parallel other-pythons-serial:
 	@missing=""; for version in $(OTHER_PYTHONS); do \
 		if tools/find_python $$version >/dev/null; then \
-			$(MAKE) --no-print-directory other-python-$$version || exit 1; \
+			$(MAKE) --no-print-directory \
+				other-python-$$version$(patsubst other-pythons%,%,$@) || exit 1; \
 		elif [ "$(REQUIRE_OTHER_PYTHONS)" = 1 ]; then \
 			echo "Python $$version not found, and REQUIRE_OTHER_PYTHONS=1" >&2; exit 1; \
 		else missing="$$missing $$version"; fi; \
@@ -196,12 +220,18 @@ other-pythons:
 	.venv-$*/bin/python $(PIP_INSTALL) -e '.[test-core]'
 	touch $@
 
-other-python-%: .venv-%/.installed-$(DEPENDENCIES)
-	@echo "--- Python $* ($$(.venv-$*/bin/python -c 'import sys; print(sys.version.split()[0])'))"
-	AIOVEC_VARIANTS=$(OTHER_VARIANTS) .venv-$*/bin/python -m pytest -p no:cacheprovider $(XDIST) \
-		-m "$(OTHER_MARKS) and not serial" $(OTHER_LOOPS) $(OTHER_TESTS)
-	AIOVEC_VARIANTS=$(OTHER_VARIANTS) .venv-$*/bin/python -m pytest -p no:cacheprovider \
-		-m "$(OTHER_MARKS) and serial" $(OTHER_LOOPS) $(OTHER_TESTS)
+# other-python-3.X runs both; other-python-3.X-parallel and -serial one each.
+OTHER_PYTEST = @echo "--- Python $* ($$(.venv-$*/bin/python -c \
+	'import sys; print(sys.version.split()[0])'))"; \
+	AIOVEC_VARIANTS=$(OTHER_VARIANTS) .venv-$*/bin/python -m pytest -p no:cacheprovider
+
+other-python-%: other-python-%-parallel other-python-%-serial ;
+
+other-python-%-parallel: .venv-%/.installed-$(DEPENDENCIES)
+	$(OTHER_PYTEST) $(XDIST) -m "$(OTHER_MARKS) and not serial" $(OTHER_LOOPS) $(OTHER_TESTS)
+
+other-python-%-serial: .venv-%/.installed-$(DEPENDENCIES)
+	$(OTHER_PYTEST) -m "$(OTHER_MARKS) and serial" $(OTHER_LOOPS) $(OTHER_TESTS)
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) .venv-3.* dist build .mypy_cache .ruff_cache .pytest_cache

@@ -84,7 +84,10 @@ def run_block(block: Block, directory: Path,
     finished = subprocess.run(
         [sys.executable, script.name], cwd=directory, capture_output=True, text=True,
         timeout=BLOCK_TIMEOUT, check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(environment or {})})
+        # SB3's logger (a block that calls .learn()) writes under SB3_LOGDIR, else a new
+        # folder under /tmp that nobody removes.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "SB3_LOGDIR": str(directory / "sb3"),
+             **(environment or {})})
     assert finished.returncode == 0, (
         f"{block.id} exited {finished.returncode}\n{finished.stdout}\n{finished.stderr}")
     assert "Traceback" not in finished.stderr, f"{block.id}\n{finished.stderr}"
