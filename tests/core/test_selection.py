@@ -92,10 +92,11 @@ async def test_the_probe_tells_waiting_from_computing(anyio_backend: Any,
                                                       no_leaks: None) -> None:
     sleeping = await measure_workload(SleepingEnv)
     busy = await measure_workload(BusyEnv)
-    # Wide margins: the sleep may overshoot and the machine may be busy.
-    assert 0.015 < sleeping.step_seconds < 1.0 and sleeping.waiting_share > 0.5
-    assert busy.step_seconds >= 0.0015 and busy.waiting_share < 0.5
-    assert busy.cpu_seconds >= 0.0015
+    # Wide margins: the sleep may overshoot, and on a saturated machine waiting for a CPU
+    # (which is neither) may take most of a step's wall time, so the shares are not compared.
+    assert 0.015 < sleeping.step_seconds < 1.0
+    assert sleeping.waiting_seconds > 0.015 and sleeping.cpu_seconds < sleeping.waiting_seconds
+    assert busy.cpu_seconds >= 0.0015 and busy.waiting_seconds < busy.cpu_seconds
     assert sleeping.observation_bytes == busy.observation_bytes == 16  # [steps, resets], int64
     assert sleeping.steps >= 3 and busy.steps >= 3
     assert busy.round_trip_seconds >= 0
@@ -111,6 +112,9 @@ async def test_a_probe_that_crashes_leaves_the_caller_and_nothing_else_behind(
 
 # ---------------------------------------------------------------------- "auto" end to end
 
+# The probe measures the machine: on a saturated one, a sleeping env's step is mostly waiting
+# for a CPU, which threads cannot overlap (processes are then the right pick), so it runs alone.
+@pytest.mark.serial
 @pytest.mark.skipif(not TWO_CPUS, reason="the rule of thumb picks threads on one CPU")
 async def test_auto_runs_waiting_envs_on_threads_and_says_why(
         anyio_backend: Any, no_leaks: None, caplog: pytest.LogCaptureFixture) -> None:
