@@ -2,9 +2,9 @@
 #   make demo   - set up .venv with aiovec alone (first time only; on PYTHON, any Python aiovec
 #                 supports) and run examples/quickstart.py
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
-#                 API reference (docs/, mkdocs) and test, then RLlib's tests in .venv-rllib,
-#                 then a smoke run of the benchmark (prints its table, asserts nothing), then
-#                 the core tests on the other supported Pythons (OTHER_PYTHONS)
+#                 API reference (docs/, mkdocs) and test; beside the tests, RLlib's tests in
+#                 .venv-rllib and a smoke run of the benchmark (prints its table, asserts
+#                 nothing); then the core tests on the other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
 #   make full   - the suite with every variant of every test, not a covering design of them
 #                 (tests/variants.py), on every supported Python
