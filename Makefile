@@ -2,9 +2,10 @@
 #   make demo   - set up .venv with aiovec alone (first time only; on PYTHON, any Python aiovec
 #                 supports) and run examples/quickstart.py
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
-#                 API reference (docs/, mkdocs) and test; beside the tests, RLlib's tests in
-#                 .venv-rllib and a smoke run of the benchmark (prints its table, asserts
-#                 nothing); then the core tests on the other supported Pythons (OTHER_PYTHONS)
+#                 API reference (docs/, mkdocs) and test: the suite, with beside it the other
+#                 venvs and a smoke run of the benchmark (prints its table, asserts nothing);
+#                 then the serial tests, RLlib's tests in .venv-rllib, and the core tests on the
+#                 other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
 #   make full   - the suite with every variant of every test, not a covering design of them
 #                 (tests/variants.py), on every supported Python
@@ -53,24 +54,28 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python examples/quickstart.py
 
 # The suite on PYTHON keeps the 2 cores only ~70 % busy (its tests mostly wait), so what
-# times nothing runs beside it (`beside`: RLlib's few tests, the benchmark's smoke run, which
-# asserts nothing, and the other Pythons' venvs; the output is kept in BESIDE_LOG, printed
-# after). The serial tests, then the other Pythons' tests, run after it, as alone as before:
-# run beside it too, the other Pythons' tests saturated both cores, saved little more (the
-# CPU then bound) and a probe of the machine's speed failed (2026-12-02).
+# neither times anything nor shares its Ray runtime runs beside it, at a lower priority
+# (`beside`: the RLlib venv and the other Pythons' venvs, then the benchmark's smoke run,
+# which asserts nothing; the output is kept in BESIDE_LOG, printed after). Then, alone as
+# before, one after another: the serial tests, RLlib's tests (beside the suite, their Ray
+# runtime would be a second one on the machine, which `ray.init()` and `address="auto"` may
+# join instead of their own), the other Pythons' tests (beside it, they saturated both cores,
+# and a probe of the machine's speed failed: 2026-12-02).
 BESIDE_LOG := build/beside.log
 
 test: lint typecheck package docs
 	@$(MAKE) --no-print-directory -j2 unit-parallel beside; status=$$?; \
 		echo "=== beside the suite ($(BESIDE_LOG)):"; [ ! -f $(BESIDE_LOG) ] || cat $(BESIDE_LOG); \
 		exit $$status
-	$(MAKE) --no-print-directory unit-serial other-pythons
+	$(MAKE) --no-print-directory unit-serial
+	$(MAKE) --no-print-directory rllib
+	$(MAKE) --no-print-directory other-pythons
 
 # Each a sub-make of one goal, in turn: nothing runs beside another here.
 beside:
-	@mkdir -p build; { $(MAKE) --no-print-directory rllib && \
-		$(MAKE) --no-print-directory bench-quick && \
-		$(MAKE) --no-print-directory other-venvs; } > $(BESIDE_LOG) 2>&1
+	@mkdir -p build; { nice -n 10 $(MAKE) --no-print-directory $(RLLIB_STAMP) && \
+		nice -n 10 $(MAKE) --no-print-directory other-venvs && \
+		nice -n 10 $(MAKE) --no-print-directory bench-quick; } > $(BESIDE_LOG) 2>&1
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiovec tests examples benchmarks tools
@@ -101,7 +106,8 @@ PARENT_WORKER_TESTS := tests/core/test_differential.py tests/core/test_first_rea
 	tests/faults tests/shim
 
 # Each run leaves every test's duration in build/junit-*.xml (where the suite's time goes).
-unit: unit-parallel unit-serial
+unit: unit-parallel
+	$(MAKE) --no-print-directory unit-serial
 
 unit-parallel: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not serial" --junitxml=build/junit-unit.xml
@@ -208,7 +214,8 @@ other-pythons other-venvs:
 			echo "Python $$version not found, and REQUIRE_OTHER_PYTHONS=1" >&2; exit 1; \
 		else missing="$$missing $$version"; fi; \
 	done; \
-	if [ -n "$$missing" ]; then echo "*** Python$$missing not found: NOT tested on it" \
+	if [ -n "$$missing" ] && [ $@ = other-pythons ]; then \
+		echo "*** Python$$missing not found: NOT tested on it" \
 		"(install it, e.g. with pyenv, or set OTHER_PYTHONS)"; fi
 
 # Kept: the stamp of a pattern rule is otherwise deleted as an intermediate file.
