@@ -57,10 +57,10 @@ demo: $(DEMO_STAMP)
 # neither times anything nor shares its Ray runtime runs beside it, at a lower priority
 # (`beside`: the RLlib venv and the other Pythons' venvs, then the benchmark's smoke run,
 # which asserts nothing; the output is kept in BESIDE_LOG, printed after). Then, alone as
-# before, one after another: the serial tests, RLlib's tests (beside the suite, their Ray
-# runtime would be a second one on the machine, which `ray.init()` and `address="auto"` may
-# join instead of their own), the other Pythons' tests (beside it, they saturated both cores,
-# and a probe of the machine's speed failed: 2026-12-02).
+# before, one after another: the serial tests, RLlib's tests (a Ray runtime's start-up and a
+# PPO training: at nice 10 they would wait on the suite past their timeouts, at nice 0 they
+# saturate the cores it runs on), the other Pythons' tests (beside it, they saturated both
+# cores, and a probe of the machine's speed failed: 2026-12-02).
 BESIDE_LOG := build/beside.log
 
 test: lint typecheck package docs

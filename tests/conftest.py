@@ -83,8 +83,9 @@ def _uses_ray(request: pytest.FixtureRequest) -> bool:
 
 
 #: Tests that build a Ray cluster of their own (test_ray_cluster.py shuts the shared runtime
-#: down first; the example builds one in a subprocess): while one runs, a test joining the
-#: session's runtime with ``address="auto"`` would find two.
+#: down first; the example builds one in a subprocess): they run in the Ray group, one at a
+#: time with the other Ray tests, not as a second cluster beside the shared runtime (seconds
+#: of start-up and hundreds of MB more).
 OWN_RAY_CLUSTER = ("tests/backends/test_ray_cluster.py",
                    "tests/test_examples.py::test_ray_cluster_example_recovers_from_a_dead_node")
 #: The Ray backend's own tests: the only Ray tests not marked ``slow``.
@@ -109,8 +110,8 @@ def pytest_collection_modifyitems(config: pytest.Config,
                                   items: list[pytest.Item]) -> Generator[None, None, None]:
     """Under pytest-xdist (``make unit``: ``--dist loadgroup``), every test that touches Ray
     runs in one worker: the session shares one Ray runtime (started once: seconds, and
-    hundreds of MB per copy), and some tests join it with ``address=auto``, which must find
-    exactly one cluster on the machine. Without xdist (tests/rllib's venv) that mark is left
+    hundreds of MB per copy), and the scripts some tests run join it (by ``RAY_ADDRESS``,
+    ``tests/ray_runtime.py``). Without xdist (tests/rllib's venv) that mark is left
     out: it is xdist's, unknown to ``--strict-markers`` there.
 
     Every test on ``backend="ray"`` is marked ``ray``: the other Pythons ``make test`` runs

@@ -31,13 +31,19 @@ def ray_environment() -> None:
 
 
 def ensure_ray() -> Any:
-    """The ``ray`` module, with the shared runtime initialised."""
+    """The ``ray`` module, with the shared runtime initialised.
+
+    Always a runtime of its own (``address="local"``): with no address, ``ray.init`` joins
+    the cluster named by ``RAY_ADDRESS`` or ``/tmp/ray/ray_current_cluster`` (a developer's
+    ``ray start``, one left behind, or another test run's ``ray.cluster_utils.Cluster``) and
+    then refuses ``num_cpus``. Scripts the tests run join it by ``RAY_ADDRESS``.
+    """
     ray_environment()
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=NUM_CPUS, resources={TEST_RESOURCE: 4}, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=NUM_CPUS, resources={TEST_RESOURCE: 4},
+                 include_dashboard=False, log_to_driver=False, configure_logging=False)
     return ray
 
 

@@ -14,7 +14,7 @@ import gymnasium as gym
 import pytest
 
 from aiovec._backends._registrations import export_registrations, install_registrations
-from tests.ray_runtime import RAY_ENVIRONMENT
+from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
 
 #: The user's script: ``CoinEnv`` defined in ``__main__``, registered twice (the class itself
 #: as entry point, and ``"__main__:CoinEnv"`` by name); its arguments are VectorEnv keywords.
@@ -22,11 +22,11 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "own_env_script.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_script(tmp_path: Path, *arguments: str) -> str:
+def run_script(tmp_path: Path, *arguments: str, **extra: str) -> str:
     """Run the script from a directory of its own, as ``python own_env_script.py``."""
     script = tmp_path / SCRIPT.name
     script.write_text(SCRIPT.read_text())
-    environment = {**os.environ, **RAY_ENVIRONMENT, "PYTHONPATH": str(REPO)}
+    environment = {**os.environ, **RAY_ENVIRONMENT, "PYTHONPATH": str(REPO), **extra}
     finished = subprocess.run([sys.executable, script.name, *arguments], cwd=tmp_path,
                               env=environment, capture_output=True, text=True, timeout=180,
                               check=False)
@@ -55,8 +55,11 @@ def test_a_scripts_own_registrations_reach_process_workers(tmp_path: Path,
 
 @pytest.mark.ray
 def test_a_scripts_own_registrations_reach_ray_actors(tmp_path: Path) -> None:
-    """The script joins this session's Ray runtime, as a user's joins their cluster."""
-    output = run_script(tmp_path, "backend=ray", "address=auto")
+    """The script joins this session's Ray runtime, as a user's joins their cluster (by
+    ``RAY_ADDRESS``, which ``address="auto"`` reads first: another Ray on the machine, say
+    RLlib's tests, is never the one joined)."""
+    address = ensure_ray().get_runtime_context().gcs_address
+    output = run_script(tmp_path, "backend=ray", "address=auto", RAY_ADDRESS=address)
     assert "vector ray" in output
     for line in EXPECTED:
         assert line in output
