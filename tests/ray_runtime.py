@@ -34,8 +34,8 @@ def ensure_ray() -> Any:
     """The ``ray`` module, with the shared runtime initialised.
 
     Always a runtime of its own (``address="local"``): with no address, ``ray.init`` joins
-    the cluster named by ``RAY_ADDRESS`` or ``/tmp/ray/ray_current_cluster`` (a developer's
-    ``ray start``, one left behind, or another test run's ``ray.cluster_utils.Cluster``) and
+    a live cluster named by ``RAY_ADDRESS`` or ``/tmp/ray/ray_current_cluster`` (a
+    developer's ``ray start``, or a ``ray.cluster_utils.Cluster`` of another test run) and
     then refuses ``num_cpus``. Scripts the tests run join it by ``RAY_ADDRESS``.
     """
     ray_environment()
