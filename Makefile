@@ -58,9 +58,10 @@ demo: $(DEMO_STAMP)
 # (`beside`: the RLlib venv and the other Pythons' venvs, then the benchmark's smoke run,
 # which asserts nothing; the output is kept in BESIDE_LOG, printed after). Then, alone as
 # before, one after another: the serial tests, RLlib's tests (a Ray runtime's start-up and a
-# PPO training: at nice 10 they would wait on the suite past their timeouts, at nice 0 they
-# saturate the cores it runs on), the other Pythons' tests (beside it, they saturated both
-# cores, and a probe of the machine's speed failed: 2026-12-02).
+# PPO training: beside the suite at nice 0 they saturated the cores and took 157-179 s, not
+# 42; at nice 10 they would wait on it, against 120 s per-test timeouts), the other Pythons'
+# tests (beside it, they saturated both cores, and a probe of the machine's speed failed:
+# 2026-12-02).
 BESIDE_LOG := build/beside.log
 
 test: lint typecheck package docs
