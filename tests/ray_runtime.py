@@ -47,6 +47,13 @@ def ensure_ray() -> Any:
     return ray
 
 
+def joining_environment() -> dict[str, str]:
+    """The environment a script the tests run needs to join the shared runtime: its address
+    in ``RAY_ADDRESS`` (which ``ray.init()`` and ``address="auto"`` read first, so another Ray
+    on the machine is never the one joined)."""
+    return {**RAY_ENVIRONMENT, "RAY_ADDRESS": ensure_ray().get_runtime_context().gcs_address}
+
+
 def actor_pids() -> set[int]:
     """Processes on this machine that host one of aiovec's Ray actors."""
     found = set()

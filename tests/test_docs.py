@@ -22,7 +22,7 @@ from tests.docs_blocks import (
     python_blocks,
     run_block,
 )
-from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
+from tests.ray_runtime import joining_environment
 
 BLOCKS = python_blocks()
 
@@ -38,13 +38,8 @@ def _marks(block: Block) -> list[pytest.MarkDecorator]:
     "block", [pytest.param(block, id=block.id, marks=_marks(block))
               for block in BLOCKS if "rllib" not in block.tags])
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
-    environment = {}
-    if "ray" in block.tags:
-        # The block's ray.init(address="auto") joins this session's runtime by its address
-        # (RAY_ADDRESS comes first), never another cluster on the machine.
-        environment = {**RAY_ENVIRONMENT,
-                       "RAY_ADDRESS": ensure_ray().get_runtime_context().gcs_address}
-    run_block(block, tmp_path, environment)
+    # The block's ray.init(address="auto") joins this session's runtime by its address.
+    run_block(block, tmp_path, joining_environment() if "ray" in block.tags else {})
 
 
 def test_blocks_are_found_and_tagged_correctly() -> None:

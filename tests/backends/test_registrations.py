@@ -14,7 +14,7 @@ import gymnasium as gym
 import pytest
 
 from aiovec._backends._registrations import export_registrations, install_registrations
-from tests.ray_runtime import RAY_ENVIRONMENT, ensure_ray
+from tests.ray_runtime import RAY_ENVIRONMENT, joining_environment
 
 #: The user's script: ``CoinEnv`` defined in ``__main__``, registered twice (the class itself
 #: as entry point, and ``"__main__:CoinEnv"`` by name); its arguments are VectorEnv keywords.
@@ -58,8 +58,7 @@ def test_a_scripts_own_registrations_reach_ray_actors(tmp_path: Path) -> None:
     """The script joins this session's Ray runtime, as a user's joins their cluster (by
     ``RAY_ADDRESS``, which ``address="auto"`` reads first: another Ray on the machine, say
     RLlib's tests, is never the one joined)."""
-    address = ensure_ray().get_runtime_context().gcs_address
-    output = run_script(tmp_path, "backend=ray", "address=auto", RAY_ADDRESS=address)
+    output = run_script(tmp_path, "backend=ray", "address=auto", **joining_environment())
     assert "vector ray" in output
     for line in EXPECTED:
         assert line in output

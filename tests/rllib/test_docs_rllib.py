@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.docs_blocks import BLOCK_TIMEOUT, Block, python_blocks, run_block
-from tests.ray_runtime import RAY_ENVIRONMENT
+from tests.ray_runtime import joining_environment
 
 RLLIB_BLOCKS = [block for block in python_blocks() if "rllib" in block.tags]
 
@@ -21,5 +21,4 @@ def test_the_guide_has_rllib_blocks() -> None:
 @pytest.mark.parametrize("block", RLLIB_BLOCKS, ids=lambda block: block.id)
 def test_rllib_block_runs(block: Block, tmp_path: Path, ray_runtime: Any) -> None:
     """The block's RLlib joins this module's Ray runtime by its address (``RAY_ADDRESS``)."""
-    address = ray_runtime.get_runtime_context().gcs_address
-    run_block(block, tmp_path, {**RAY_ENVIRONMENT, "RAY_ADDRESS": address})
+    run_block(block, tmp_path, joining_environment())
