@@ -185,14 +185,24 @@ class LatencyLog:
         """The recorder a sub-env's host calls around each timed step."""
         return StepTimer(self, env_index)
 
-    def summary(self, env_index: int, count: int) -> LatencySummary:
-        """Sub-env ``env_index``'s summary, ``count`` being how many steps it answered."""
-        samples = int(self.samples[env_index])
-        if not samples:
-            return LatencySummary(count, math.nan, math.nan, math.nan)
-        recent = self.durations[env_index, : min(samples, RING_SIZE)]
-        p50, p99 = np.percentile(recent, [50, 99])
-        return LatencySummary(count, float(recent.mean()), float(p50), float(p99))
+    def summaries(self, counts: Sequence[int]) -> tuple[LatencySummary, ...]:
+        """Every sub-env's summary, ``counts[i]`` being how many steps sub-env ``i`` answered
+        (NaN figures for one that timed none).
+
+        The sub-envs are grouped by how many durations their ring holds, and each group takes
+        one percentile call along its rows: a call per sub-env cost about 0.1 ms, half a
+        second for 4,096 sub-envs at every ``statistics()`` and at every close.
+        """
+        held = np.minimum(self.samples, RING_SIZE)  # read once: workers may be writing
+        means, p50s, p99s = (np.full(len(held), math.nan) for _ in range(3))
+        for size in np.unique(held).tolist():
+            if size:
+                rows = np.flatnonzero(held == size)
+                recent = self.durations[rows, :size]
+                means[rows] = recent.mean(axis=1)
+                p50s[rows], p99s[rows] = np.percentile(recent, [50, 99], axis=1)
+        return tuple(LatencySummary(count, mean, p50, p99) for count, mean, p50, p99
+                     in zip(counts, means.tolist(), p50s.tolist(), p99s.tolist()))
 
     def release(self) -> None:
         """Drop the views, so shared memory under them can be unmapped (the log reads as

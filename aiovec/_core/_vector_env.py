@@ -301,7 +301,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         if latencies is None:  # not started yet, or a backend that does not time steps (Ray)
             return tuple(LatencySummary(counts[index], math.nan, math.nan, math.nan)
                          for index in range(self.num_envs))
-        return tuple(latencies.summary(index, counts[index]) for index in range(self.num_envs))
+        return latencies.summaries([counts[index] for index in range(self.num_envs)])
 
     @property
     def unusable_envs(self) -> tuple[int, ...]:

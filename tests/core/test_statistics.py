@@ -181,3 +181,25 @@ def test_sampling_leaves_no_beat_unseen() -> None:
         for beat in range(2, 33):
             assert {number % beat for number in sampled} == set(range(beat)), (env_index, beat)
         assert step / 300 == pytest.approx(SAMPLE_EVERY, rel=0.1)
+
+
+def test_summaries_of_many_sub_envs_match_each_ring_on_its_own() -> None:
+    """The summaries of sub-envs with empty, partly filled, full and wrapped rings (computed a
+    group of equal fills at a time) equal each ring's own mean and percentiles."""
+    rng = np.random.default_rng(7)
+    held = [0, 1, 2, 3, 3, 17, RING_SIZE - 1, RING_SIZE, RING_SIZE + 5, 10 * RING_SIZE, 1, 0]
+    log = LatencyLog.allocate(len(held))
+    log.durations[:] = rng.lognormal(-7, 1, size=log.durations.shape)
+    log.samples[:] = held
+    counts = [3 * index for index in range(len(held))]
+    summaries = log.summaries(counts)
+    assert [summary.count for summary in summaries] == counts
+    for samples, summary, durations in zip(held, summaries, log.durations):
+        if not samples:
+            assert math.isnan(summary.mean) and math.isnan(summary.p50)
+            assert math.isnan(summary.p99)
+            continue
+        recent = durations[: min(samples, RING_SIZE)]
+        assert summary.mean == pytest.approx(float(recent.mean()), rel=1e-12)
+        assert summary.p50 == pytest.approx(float(np.percentile(recent, 50)), rel=1e-12)
+        assert summary.p99 == pytest.approx(float(np.percentile(recent, 99)), rel=1e-12)
