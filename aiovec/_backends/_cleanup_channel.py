@@ -37,7 +37,6 @@ def connect(fd: int) -> None:
 
     from aiovec._core._cleanups import Cleanup, set_forwarder
 
-    channel = socket.socket(fileno=fd)
     lock = threading.Lock()  # an env's own threads may register cleanups too
 
     def forward(kind: str, cleanup: Cleanup) -> None:
@@ -53,9 +52,18 @@ def connect(fd: int) -> None:
             message = (kind, cleanup.id)
         data = pickle.dumps(message)
         with lock, contextlib.suppress(OSError):  # the server is gone: the worker exits soon
-            channel.sendall(_LENGTH.pack(len(data)) + data)
+            _write_all(fd, _LENGTH.pack(len(data)) + data)
 
     set_forwarder(forward)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the blocking descriptor ``fd``. A plain descriptor, not a
+    socket object: it stays open for the process's life, and a socket object still open at
+    exit is warned about (``ResourceWarning``)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class CleanupLedger:

@@ -1,14 +1,15 @@
 """The keeper: a small process that outlives a Ray actor to end what its sub-envs started.
 
 On the process backend the fork server supervises each worker from above. A Ray actor's parent
-is Ray's own raylet, so each actor starts a keeper instead: a child in its own session that
-waits for the actor to die. While the actor lives, the actor itself (a child subreaper) ends
-what its sub-envs start on close and restarts, and the keeper only notes the actor's
-descendants twice a second and takes in the cleanups registered there
-(``_cleanup_channel``). Once the actor is dead, by any means (``ray.kill``, a crash, the
-driver's death), its orphans were handed to init; the keeper finds them by the owner mark in
-their environment (``_process_tree.OWNER_VARIABLE``) or among the descendants it had noted
-(same pid, same start time), ends them, runs the cleanups left unclaimed, and exits.
+is Ray's own raylet, so each actor starts a keeper instead: a process in its own session that
+waits for the actor to die, through a pidfd the actor opened on itself. While the actor
+lives, the actor itself (a child subreaper) ends what its sub-envs start on close and
+restarts, and the keeper only notes the actor's descendants twice a second and takes in the
+cleanups registered there (``_cleanup_channel``). Once the actor is dead, by any means
+(``ray.kill``, a crash, the driver's death), its orphans were handed to init; the keeper finds
+them by the owner mark in their environment (``_process_tree.OWNER_VARIABLE``) or among the
+descendants it had noted (same pid, same start time), ends them, runs the cleanups left
+unclaimed, and exits.
 """
 
 from __future__ import annotations
@@ -37,27 +38,40 @@ _SNAPSHOT_INTERVAL = 0.5
 _MAX_ROUNDS = 10
 
 
-#: The keeper this process started (one, for its life).
-_started: list[subprocess.Popen[bytes]] = []
-
-
 def start_keeper(*, ends_tree: bool = True) -> tuple[int, int] | None:
     """Start this process's keeper and forward cleanups to it → its pid and the channel's
     descriptor here (None: unsupported). ``ends_tree=False``: it runs the cleanups left and
     ends nothing (the keeper of the vector env's own process, whose other children are not
-    aiovec's to end)."""
+    aiovec's to end).
+
+    The process started here forks the keeper and exits at once, reaped before this returns:
+    the keeper outlives this process by design, so it must not be a child this process is
+    expected to wait for (a ``Popen`` still running at exit is warned about). It watches this
+    process through a pidfd opened here, which names this process whatever its parentage.
+    """
     if not SUPPORTED:
         return None
     channel, keeper_end = socket.socketpair()
-    with keeper_end:
-        keeper = subprocess.Popen(
-            python_command(__name__, str(os.getpid()), str(keeper_end.fileno()),
-                           ENDS_TREE if ends_tree else CLEANUPS_ONLY),
-            pass_fds=(keeper_end.fileno(),), start_new_session=True, stdin=subprocess.DEVNULL)
-    _started.append(keeper)  # it lives as long as this process: no warning of a live Popen
+    owner_fd = os.pidfd_open(os.getpid())
+    try:
+        with keeper_end:
+            starter = subprocess.Popen(
+                python_command(__name__, str(os.getpid()), str(keeper_end.fileno()),
+                               ENDS_TREE if ends_tree else CLEANUPS_ONLY, str(owner_fd)),
+                pass_fds=(keeper_end.fileno(), owner_fd), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        with starter:  # its pid is all it writes; leaving waits for it
+            assert starter.stdout is not None
+            written = starter.stdout.read()
+    finally:
+        os.close(owner_fd)
+    if not written.strip().isdigit():
+        channel.close()
+        raise RuntimeError(f"aiovec's cleanup keeper did not start (exit status "
+                           f"{starter.returncode})")
     fd = channel.detach()
     connect(fd)
-    return keeper.pid, fd
+    return int(written), fd
 
 
 def start_cleanup_keeper() -> tuple[int, int] | None:
@@ -71,33 +85,35 @@ ENDS_TREE, CLEANUPS_ONLY = "tree", "cleanups"
 
 
 def main(argv: list[str]) -> None:
-    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD, MODE]``."""
-    owner = int(argv[0])
+    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD, MODE, OWNER_PIDFD]``. It
+    starts as the owner's child and forks the keeper proper (see ``start_keeper``)."""
+    keeper = os.fork()
+    if keeper:  # the process the owner started: tell it the keeper's pid, and go
+        os.write(1, str(keeper).encode())
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the owner reads the pid until the pipe's last writer is gone
+    os.close(devnull)
+    owner, owner_fd = int(argv[0]), int(argv[3])
     ends_tree = argv[2] == ENDS_TREE
     me = os.getpid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     ledger = CleanupLedger(socket.socket(fileno=int(argv[1])))
     noted: dict[int, int] = {}  # pid -> start time, of the owner's descendants
-    try:
-        owner_fd: int | None = os.pidfd_open(owner)
-    except ProcessLookupError:
-        owner_fd = None
-    watched = [ledger.channel.fileno()]
-    if owner_fd is not None and os.getppid() == owner:  # else it died before we looked
-        watched.append(owner_fd)
-        while True:
-            ready = readable(watched, _SNAPSHOT_INTERVAL if ends_tree else None)
-            if owner_fd in ready:
-                break
-            if ledger.channel.fileno() in ready and not ledger.read():
-                watched.remove(ledger.channel.fileno())
-            if not ends_tree:
-                continue
-            for pid in living_descendants(owner):
-                if pid != me and pid not in noted:
-                    started = start_time(pid)
-                    if started is not None:
-                        noted[pid] = started
+    watched = [ledger.channel.fileno(), owner_fd]
+    while True:
+        ready = readable(watched, _SNAPSHOT_INTERVAL if ends_tree else None)
+        if owner_fd in ready:
+            break
+        if ledger.channel.fileno() in ready and not ledger.read():
+            watched.remove(ledger.channel.fileno())
+        if not ends_tree:
+            continue
+        for pid in living_descendants(owner):
+            if pid != me and pid not in noted:
+                started = start_time(pid)
+                if started is not None:
+                    noted[pid] = started
     ledger.read()
     for _ in range(_MAX_ROUNDS if ends_tree else 0):
         left = {pid for pid in owned_by(owner) if pid != me}

@@ -28,6 +28,7 @@ import pytest
 import aiovec
 from aiovec.testing import Fault, FaultyEnv, release_hangs
 from tests.backends_matrix import LOCAL_BACKENDS, for_backend
+from tests.leaks import wait_for_exit
 
 pytestmark = pytest.mark.anyio
 
@@ -496,3 +497,40 @@ async def test_an_async_cleanup_outlives_its_cancelled_host(tmp_path: Path,
         (made,) = directories(tmp_path)
     assert record(tmp_path) == [made] and directories(tmp_path) == []
     assert (envs.statistics().cleanups_run, envs.statistics().cleanups_failed) == (1, 0)
+
+
+_EXITS = """
+import functools, sys
+import aiovec
+from aiovec._core import _cleanups
+from tests.backends_matrix import for_backend
+from tests.core.test_cleanups import DirectoryEnv
+
+root, backend, close = sys.argv[1:4]
+factories = [functools.partial(DirectoryEnv, index, root=root) for index in range(2)]
+envs = aiovec.VectorEnv(for_backend(backend, factories), backend=backend)
+envs.reset(seed=0)
+print(_cleanups.keeper[0], flush=True)
+if close == "close":
+    envs.close()
+"""
+
+
+@pytest.mark.parametrize("close", ["close", "no close"])
+@pytest.mark.parametrize("backend", ["thread", "inline"])
+def test_a_process_with_a_cleanup_keeper_exits_without_a_warning(
+        backend: str, close: str, tmp_path: Path) -> None:
+    """The keeper outlives its owner by design: the owner's exit warns of no process still
+    running and no socket left open (``-X dev`` shows every ResourceWarning; a vector env
+    left unclosed is the one warned about), then the keeper ends, the cleanups left to it
+    run."""
+    trainer = subprocess.run([sys.executable, "-X", "dev", "-c", _EXITS, str(tmp_path), backend,
+                              close], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert trainer.returncode == 0, trainer.stderr
+    warned = [line for line in trainer.stderr.splitlines() if ": ResourceWarning: " in line]
+    assert len(warned) == (close != "close"), trainer.stderr
+    assert all("unclosed <AsyncVectorEnv" in line for line in warned), trainer.stderr
+    keeper = int(trainer.stdout.split()[0])
+    assert wait_for_exit([keeper], timeout=30) == []
+    assert directories(tmp_path) == [] and len(record(tmp_path)) == 2
