@@ -92,15 +92,18 @@ class QueuedSend:
 class FirstReady:
     """The sub-envs sent an action and not received yet, and their results."""
 
-    __slots__ = ("arrivals", "clock", "deadlines", "in_flight", "queue", "queued", "ready",
-                 "receiving", "running_on")
+    __slots__ = ("arrivals", "clock", "deadlines", "in_flight", "positions", "queue", "queued",
+                 "ready", "receiving", "running_on")
 
     def __init__(self, arrivals: Arrivals, clock: Callable[[], float]) -> None:
         self.arrivals = arrivals
         #: The event loop's clock (``loop_clock``): deadlines are set in its callbacks too.
         self.clock = clock
-        #: env index -> (its request, its position there), until its result lands.
-        self.in_flight: dict[int, tuple[Pending, int]] = {}
+        #: env index -> its request, and its position there, until its result lands (two
+        #: dicts, not one of pairs: a pair per step, alive as long as the step, would be one
+        #: more object for the garbage collector to promote and scan).
+        self.in_flight: dict[int, Pending] = {}
+        self.positions: dict[int, int] = {}
         #: env index -> (deadline on the loop's clock, the timeout it came from).
         self.deadlines: dict[int, tuple[float, float]] = {}
         #: env index -> its reply, in landing order, until a ``recv`` returns it.
@@ -136,7 +139,8 @@ class FirstReady:
     def sent(self, pending: Pending, deadline: float | None, timeout: float | None) -> None:
         """The sub-envs of ``pending`` are stepping, each due by ``deadline`` if given."""
         env_indices = pending.env_indices
-        self.in_flight.update(zip(env_indices, zip(itertools.repeat(pending), itertools.count())))
+        self.in_flight.update(dict.fromkeys(env_indices, pending))
+        self.positions.update(zip(env_indices, itertools.count()))
         if deadline is not None and timeout is not None:
             self.deadlines.update(dict.fromkeys(env_indices, (deadline, timeout)))
 
@@ -189,7 +193,7 @@ class FirstReady:
             if env_index in queued:
                 del queued[env_index]
             elif env_index in in_flight:
-                pending, position = in_flight.pop(env_index)
+                pending, position = in_flight.pop(env_index), self.positions.pop(env_index)
                 self.deadlines.pop(env_index, None)
                 if pending.replies[position] is NO_REPLY:
                     steps.append((pending, position))
@@ -206,13 +210,12 @@ class FirstReady:
         """Move the results that landed into ``ready`` (stale ones, of sub-envs given up on
         or aborted, are dropped: an aborted step that ran on frees its room)."""
         landed, in_flight, ready = self.arrivals.landed, self.in_flight, self.ready
-        deadlines = self.deadlines
+        deadlines, positions = self.deadlines, self.positions
         while landed:
             pending, position = landed.popleft()
             env_index = pending.env_indices[position]
-            entry = in_flight.get(env_index)
-            if entry is not None and entry[0] is pending and entry[1] == position:
-                del in_flight[env_index]
+            if in_flight.get(env_index) is pending and positions[env_index] == position:
+                del in_flight[env_index], positions[env_index]
                 if deadlines:
                     deadlines.pop(env_index, None)
                 ready[env_index] = pending.replies[position]
@@ -232,13 +235,11 @@ class FirstReady:
         late = [(env_index, timeout) for env_index, (deadline, timeout) in self.deadlines.items()
                 if deadline <= now and not self._landed(env_index)]
         for env_index, _ in late:
-            del self.deadlines[env_index]
-            del self.in_flight[env_index]
+            del self.deadlines[env_index], self.in_flight[env_index], self.positions[env_index]
         return late
 
     def _landed(self, env_index: int) -> bool:
-        pending, position = self.in_flight[env_index]
-        return pending.replies[position] is not NO_REPLY
+        return self.in_flight[env_index].replies[self.positions[env_index]] is not NO_REPLY
 
     def first(self, count: int) -> list[int]:
         """The ``count`` earliest results (left in ``ready``)."""
