@@ -42,13 +42,15 @@ _UNKNOWN_STATUS = 255
 STARTED = struct.Struct("q")
 
 
-def python_command(module: str, *arguments: str) -> list[str]:
+def python_command(module: str, *arguments: str, prelude: str = "") -> list[str]:
     """A fresh interpreter running ``module.main(arguments)``.
 
     It starts with the parent's ``sys.path``, so it imports aiovec (and the env's modules)
     from wherever the parent did: a virtualenv, an editable install, ``PYTHONPATH``.
+    ``prelude`` runs first, before anything is imported (``arguments`` are
+    ``sys.argv[2:]`` there).
     """
-    bootstrap = (f"import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    bootstrap = (f"{prelude}\nimport json, sys; sys.path[:] = json.loads(sys.argv[1]); "
                  f"from {module} import main; main(sys.argv[2:])")
     return [sys.executable, "-c", bootstrap, json.dumps(sys.path), *arguments]
 

@@ -38,6 +38,7 @@ def connect(fd: int) -> None:
     from aiovec._core._cleanups import Cleanup, set_forwarder
 
     lock = threading.Lock()  # an env's own threads may register cleanups too
+    os.set_blocking(fd, True)  # made under socket.setdefaulttimeout, it would not be
 
     def forward(kind: str, cleanup: Cleanup) -> None:
         if kind == "add":

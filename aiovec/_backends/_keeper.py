@@ -38,6 +38,18 @@ _SNAPSHOT_INTERVAL = 0.5
 _MAX_ROUNDS = 10
 
 
+#: Run by the process ``start_keeper`` starts, before any import (a fork then is of one
+#: thread, and quick): fork the keeper, write its pid to the descriptor given first, exit.
+_FORK_THE_KEEPER = """import os, sys
+reply = int(sys.argv.pop(2))
+keeper = os.fork()
+if keeper:
+    os.write(reply, str(keeper).encode())
+    os._exit(0)
+os.close(reply)
+"""
+
+
 def start_keeper(*, ends_tree: bool = True) -> tuple[int, int] | None:
     """Start this process's keeper and forward cleanups to it → its pid and the channel's
     descriptor here (None: unsupported). ``ends_tree=False``: it runs the cleanups left and
@@ -51,25 +63,35 @@ def start_keeper(*, ends_tree: bool = True) -> tuple[int, int] | None:
     """
     if not SUPPORTED:
         return None
-    channel, keeper_end = socket.socketpair()
-    owner_fd = os.pidfd_open(os.getpid())
     try:
-        with keeper_end:
-            starter = subprocess.Popen(
-                python_command(__name__, str(os.getpid()), str(keeper_end.fileno()),
-                               ENDS_TREE if ends_tree else CLEANUPS_ONLY, str(owner_fd)),
-                pass_fds=(keeper_end.fileno(), owner_fd), start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-        with starter:  # its pid is all it writes; leaving waits for it
-            assert starter.stdout is not None
-            written = starter.stdout.read()
-    finally:
-        os.close(owner_fd)
-    if not written.strip().isdigit():
+        owner_fd = os.pidfd_open(os.getpid())
+    except OSError:  # refused (a seccomp profile, say): no keeper, as where unsupported
+        return None
+    channel, keeper_end = socket.socketpair()
+    reply, reply_end = os.pipe()
+    ours = [reply, reply_end, owner_fd]  # closed on every way out
+    try:
+        command = python_command(__name__, str(reply_end), str(os.getpid()),
+                                 str(keeper_end.fileno()),
+                                 ENDS_TREE if ends_tree else CLEANUPS_ONLY, str(owner_fd),
+                                 prelude=_FORK_THE_KEEPER)
+        with keeper_end, subprocess.Popen(  # leaving waits for the starter, quick to exit
+                command, pass_fds=(reply_end, keeper_end.fileno(), owner_fd),
+                start_new_session=True, stdin=subprocess.DEVNULL):
+            os.close(reply_end)  # read until the starter's and the keeper's copies close
+            ours.remove(reply_end)
+            written = b""
+            while chunk := os.read(reply, 64):
+                written += chunk
+        if not written.isdigit():
+            raise RuntimeError("aiovec's cleanup keeper did not start")
+        fd = channel.detach()
+    except BaseException:
         channel.close()
-        raise RuntimeError(f"aiovec's cleanup keeper did not start (exit status "
-                           f"{starter.returncode})")
-    fd = channel.detach()
+        raise
+    finally:
+        for each in ours:
+            os.close(each)
     connect(fd)
     return int(written), fd
 
@@ -85,15 +107,8 @@ ENDS_TREE, CLEANUPS_ONLY = "tree", "cleanups"
 
 
 def main(argv: list[str]) -> None:
-    """The keeper's life: ``argv`` is ``[OWNER_PID, CHANNEL_FD, MODE, OWNER_PIDFD]``. It
-    starts as the owner's child and forks the keeper proper (see ``start_keeper``)."""
-    keeper = os.fork()
-    if keeper:  # the process the owner started: tell it the keeper's pid, and go
-        os.write(1, str(keeper).encode())
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # the owner reads the pid until the pipe's last writer is gone
-    os.close(devnull)
+    """The keeper's life (forked by the owner's child, ``start_keeper``): ``argv`` is
+    ``[OWNER_PID, CHANNEL_FD, MODE, OWNER_PIDFD]``."""
     owner, owner_fd = int(argv[0]), int(argv[3])
     ends_tree = argv[2] == ENDS_TREE
     me = os.getpid()

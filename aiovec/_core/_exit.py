@@ -10,6 +10,7 @@ closed (the process backend reaps its zygote) registers with ``after_envs_closed
 from __future__ import annotations
 
 import atexit
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Protocol
@@ -21,7 +22,7 @@ class _Closable(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def _close_unclosed(self) -> None: ...
+    def _close_unclosed(self, at_exit: bool = False) -> None: ...
 
 
 #: Vector envs started and not closed yet.
@@ -45,8 +46,8 @@ def _at_exit() -> None:
     """Each step runs even if one before it raised (a warning turned into an error by
     ``-W error``, say); the first error is raised at the end."""
     first: Exception | None = None
-    steps: list[Callable[[], None]] = [envs._close_unclosed for envs in list(_running)
-                                       if not envs.closed]
+    steps: list[Callable[[], None]] = [functools.partial(envs._close_unclosed, at_exit=True)
+                                       for envs in list(_running) if not envs.closed]
     for step in steps + _after:
         try:
             step()

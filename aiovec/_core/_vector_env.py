@@ -45,6 +45,10 @@ __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 #: or an awaitable of one) for ``backend="async"``.
 EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
 
+#: Seconds at most that interpreter exit waits for a vector env left open to finish closing
+#: in this process's threads (its ``close_timeout`` if shorter).
+_EXIT_WAIT = 10.0
+
 
 class AsyncVectorEnv(FirstReadyCalls):
     """Runs ``len(env_fns)`` sub-envs concurrently behind an awaitable, Gymnasium-shaped API.
@@ -264,8 +268,12 @@ class AsyncVectorEnv(FirstReadyCalls):
         if getattr(self, "_state", State.CLOSED) not in (State.CLOSED, State.CREATED):
             self._close_unclosed()
 
-    def _close_unclosed(self) -> None:
+    def _close_unclosed(self, at_exit: bool = False) -> None:
+        """Close without a loop and warn (``__del__``; at interpreter exit, also wait up to
+        ``close_timeout``, ten seconds at most, for sub-env threads to finish closing)."""
         self.close_nowait()  # first: the warning may be turned into an error
+        if at_exit:
+            self._backend.finish_closing(min(self.close_timeout, _EXIT_WAIT))
         warnings.warn(f"unclosed {self!r}: {self._how_to_close}", ResourceWarning, stacklevel=1)
 
     @property

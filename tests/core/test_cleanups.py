@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import aiovec
+from aiovec._backends._readable import readable
 from aiovec.testing import Fault, FaultyEnv, release_hangs
 from tests.backends_matrix import LOCAL_BACKENDS, for_backend
 from tests.leaks import wait_for_exit
@@ -47,6 +48,12 @@ def remove_directory(directory: str, record: str) -> None:
         os.write(fd, f"{os.path.basename(directory)}\n".encode())
     finally:
         os.close(fd)
+    print(f"removed {os.path.basename(directory)}", flush=True)  # where its output goes
+
+
+def remove_directory_padded(directory: str, record: str, padding: bytes) -> None:
+    """``remove_directory``, with ``padding`` to make the pickled cleanup big."""
+    remove_directory(directory, record)
 
 
 async def remove_directory_later(directory: str, record: str) -> None:
@@ -90,6 +97,9 @@ class DirectoryEnv(FaultyEnv):
         os.mkdir(self.directory)
         if cleanup == "unpicklable":
             cleanup = threading.Lock().acquire
+        elif cleanup == "padded":  # 3 MB pickled: far more than a socket's buffer
+            cleanup = functools.partial(remove_directory_padded, self.directory,
+                                        f"{root}/record", bytes(3_000_000))
         elif cleanup in ("async", "slow-async"):
             cleanup = functools.partial(
                 remove_directory_later if cleanup == "async" else remove_directory_slowly,
@@ -377,18 +387,34 @@ def test_a_sigkilled_trainers_cleanups_run_in_a_process_of_aiovecs(
     cleanup keeper does. Leases deleted and discarded by their episodes are not run again."""
     with subprocess.Popen([sys.executable, "-c", _TRAINER, str(tmp_path), backend,
                            start_method, kind], cwd=REPO, stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True,
+                          stdout=subprocess.PIPE, bufsize=0,  # unbuffered: read on below
                           env={**os.environ, "PYTHONPATH": str(REPO)}) as trainer:
         assert trainer.stdout is not None
-        assert trainer.stdout.readline() == "ready\n"
+        while (line := trainer.stdout.readline()) != b"ready\n":  # after its episodes' own
+            assert line, "the trainer ended before it was ready"  # deletes' lines
         made = directories(tmp_path)
         assert len(made) == 2
         deleted = record(tmp_path)  # by the episodes themselves
         assert len(deleted) == (2 if kind == "leases" else 0)
         trainer.kill()
         assert trainer.wait(15) == -signal.SIGKILL
-    assert wait_for_records(tmp_path, len(deleted) + 2) == sorted(deleted + made)
-    assert directories(tmp_path) == []
+        assert wait_for_records(tmp_path, len(deleted) + 2) == sorted(deleted + made)
+        assert directories(tmp_path) == []
+        if backend != "process":  # the keeper ran them, printing to the trainer's output
+            printed = read_to_end(trainer.stdout, timeout=30).splitlines()
+            assert sorted(printed) == [f"removed {name}" for name in made]
+
+
+def read_to_end(stream: Any, timeout: float) -> str:
+    """What is left in ``stream`` (a pipe) once every writer closed it, within ``timeout``."""
+    fd, chunks = stream.fileno(), []
+    deadline = time.monotonic() + timeout
+    while readable([fd], max(0.0, deadline - time.monotonic())):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks).decode()
+        chunks.append(chunk)
+    raise AssertionError(f"the pipe was still open {timeout} s on")
 
 
 async def test_an_abandoned_thread_envs_cleanup_runs_at_close(tmp_path: Path,
@@ -517,20 +543,58 @@ if close == "close":
 
 
 @pytest.mark.parametrize("close", ["close", "no close"])
-@pytest.mark.parametrize("backend", ["thread", "inline"])
-def test_a_process_with_a_cleanup_keeper_exits_without_a_warning(
+@pytest.mark.parametrize("backend", ["thread", "inline", "parent worker"])
+def test_a_process_hosting_sub_envs_exits_quietly_and_every_cleanup_runs_once(
         backend: str, close: str, tmp_path: Path) -> None:
-    """The keeper outlives its owner by design: the owner's exit warns of no process still
-    running and no socket left open (``-X dev`` shows every ResourceWarning; a vector env
-    left unclosed is the one warned about), then the keeper ends, the cleanups left to it
-    run."""
+    """A process hosting sub-envs in its own threads (thread backend, a parent worker) or
+    inline exits, its vector env closed or not: every cleanup runs once, none cut short
+    by the interpreter stopping a thread mid-cleanup (left open, the envs close at exit,
+    waiting for those threads). The cleanup keeper outlives its owner by design, yet the
+    exit warns of no process still running and no socket left open (``-X dev`` shows every
+    ResourceWarning; a vector env left open is the one warned about), and the keeper ends."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    if backend == "parent worker":  # one sub-env in a worker process, one in a thread here
+        backend, environment["AIOVEC_PARENT_WORKER"] = "process", "1"
     trainer = subprocess.run([sys.executable, "-X", "dev", "-c", _EXITS, str(tmp_path), backend,
                               close], cwd=REPO, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+                             env=environment)
     assert trainer.returncode == 0, trainer.stderr
     warned = [line for line in trainer.stderr.splitlines() if ": ResourceWarning: " in line]
     assert len(warned) == (close != "close"), trainer.stderr
     assert all("unclosed <AsyncVectorEnv" in line for line in warned), trainer.stderr
     keeper = int(trainer.stdout.split()[0])
     assert wait_for_exit([keeper], timeout=30) == []
-    assert directories(tmp_path) == [] and len(record(tmp_path)) == 2
+    records = wait_for_records(tmp_path, 2)
+    assert len(records) == len(set(records)) == 2 and directories(tmp_path) == []
+
+
+_PADDED = """
+import functools, socket, sys
+socket.setdefaulttimeout(1.0)  # before aiovec makes its channel to the keeper
+import aiovec
+from tests.core.test_cleanups import DirectoryEnv
+
+factories = [functools.partial(DirectoryEnv, index, root=sys.argv[1], cleanup="padded")
+             for index in range(3)]
+envs = aiovec.VectorEnv(factories, backend="thread")
+envs.reset(seed=0)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_big_cleanups_reach_the_keeper_under_a_default_socket_timeout(tmp_path: Path) -> None:
+    """A program that set ``socket.setdefaulttimeout`` (its sockets are then non-blocking
+    underneath) still hands every cleanup whole to the keeper, however big: after a SIGKILL
+    the three run."""
+    with subprocess.Popen([sys.executable, "-c", _PADDED, str(tmp_path)], cwd=REPO,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}) as trainer:
+        assert trainer.stdout is not None
+        assert trainer.stdout.readline() == "ready\n"
+        made = directories(tmp_path)
+        assert len(made) == 3
+        trainer.kill()
+        assert trainer.wait(15) == -signal.SIGKILL
+    assert wait_for_records(tmp_path, 3) == made
+    assert directories(tmp_path) == []

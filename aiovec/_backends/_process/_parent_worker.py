@@ -121,6 +121,11 @@ class ParentThread:
     def close(self) -> None:
         return
 
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end, abandoned or not (a worker
+        process let go of ends at once; a thread runs on, closing its sub-envs)."""
+        self._thread.join(timeout)
+
     def describe_exit(self) -> str:
         code = self.poll()
         if code is None:
