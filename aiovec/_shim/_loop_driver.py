@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import sniffio
 
+from aiovec._core._exit import abandon_at_exit
 from aiovec._internals import INTERNALS
 
 __all__ = ["LoopDriver"]
@@ -222,6 +223,7 @@ class LoopDriver:
         self._run_until_task_done = INTERNALS.runner_for(self._loop)
         self._task: asyncio.Task[Any] | None = None
         self._closed = False
+        abandon_at_exit(self)
 
     @property
     def alive(self) -> bool:
