@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -12,8 +11,7 @@ import anyio.lowlevel
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._requests import Failure, Op
 
-__all__ = ["CountdownPending", "given_up_reply", "join_within", "split_into_shares",
-           "workers_within"]
+__all__ = ["CountdownPending", "given_up_reply", "split_into_shares", "workers_within"]
 
 
 class CountdownPending(Pending):
@@ -87,10 +85,3 @@ def split_into_shares(num_envs: int, num_hosts: int) -> list[range]:
     (sizes differ by at most one): each worker process or Ray actor hosts one share."""
     bounds = [num_envs * index // num_hosts for index in range(num_hosts + 1)]
     return [range(bounds[index], bounds[index + 1]) for index in range(num_hosts)]
-
-
-def join_within(joins: Iterable[Callable[[float], object]], timeout: float) -> None:
-    """Call each ``join(seconds)`` (a thread's) with what is left of one ``timeout`` for all."""
-    deadline = time.monotonic() + timeout
-    for join in joins:
-        join(max(0.0, deadline - time.monotonic()))

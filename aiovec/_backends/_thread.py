@@ -19,7 +19,7 @@ import anyio.to_thread
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import CountdownPending, given_up_reply, join_within
+from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._backends._slot import EnvSlot
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._cleanups import hosted, run_cleanups, take_cleanups
@@ -277,9 +277,8 @@ class ThreadBackend(Backend):
         for jobs in getattr(self, "_queues", ()):
             jobs.put((Op.CLOSE, None, None, 0))
 
-    def finish_closing(self, timeout: float) -> None:
-        join_within([thread.join for thread in getattr(self, "_threads", ())
-                     if thread is not None], timeout)
+    def closing_threads(self) -> Sequence[threading.Thread]:
+        return [thread for thread in getattr(self, "_threads", ()) if thread is not None]
 
     def local_env(self, env_index: int) -> gym.Env[Any, Any]:
         env = self._slots[env_index].env

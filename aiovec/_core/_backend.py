@@ -359,12 +359,11 @@ class Backend(abc.ABC):
         """Best-effort teardown without awaiting (for ``__del__`` and broken event loops);
         sets ``closing``."""
 
-    def finish_closing(self, timeout: float) -> None:
-        """After ``close_nowait``, at interpreter exit: wait up to ``timeout`` seconds for the
-        sub-envs this process's threads host to finish closing. A daemon thread still running
-        then is stopped wherever it is, a cleanup it had begun (and so claimed from the
-        keeper) never to run again. Nothing to wait for by default."""
-        return
+    def closing_threads(self) -> Sequence[threading.Thread]:
+        """After ``close_nowait``: this process's threads still closing sub-envs (and running
+        their cleanups), which interpreter exit waits for (``_exit.join_at_exit``). None by
+        default."""
+        return ()
 
     def local_env(self, env_index: int) -> gym.Env[Any, Any]:
         """The sub-env object itself, for backends whose sub-envs live in this process."""

@@ -295,8 +295,12 @@ def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bo
             failure.append(error)
 
     thread = threading.Thread(target=run, name="aiovec-cleanup", daemon=True)
-    thread.start()
-    thread.join(timeout)
+    try:
+        thread.start()
+    except RuntimeError:  # at exit, Python 3.12.0 and 3.12.1 start no thread: run it here,
+        run()  # unbounded (claimed already: it would never run otherwise)
+    else:
+        thread.join(timeout)
     if thread.is_alive():
         logger.warning("aiovec: %s did not finish within %s s: abandoned", what, timeout)
         return False

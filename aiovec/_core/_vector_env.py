@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 from aiovec._core._arguments import check_count, check_env_fns, check_recv_bounds, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
 from aiovec._core._engine import BoolArray, State, StepResult
-from aiovec._core._exit import close_at_exit
+from aiovec._core._exit import close_at_exit, join_at_exit
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
 from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
@@ -262,18 +262,17 @@ class AsyncVectorEnv(FirstReadyCalls):
             self._drop_buffers()  # else the shared memory stays mapped (and its descriptor)
             self._backend.close_nowait()
             self._limits.close()
+            # Threads of this process closing sub-envs run cleanups already claimed from the
+            # keeper: exit waits for them (close_timeout, ten seconds at most).
+            join_at_exit(self._backend.closing_threads(), min(self.close_timeout, _EXIT_WAIT))
 
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
         if getattr(self, "_state", State.CLOSED) not in (State.CLOSED, State.CREATED):
             self._close_unclosed()
 
-    def _close_unclosed(self, at_exit: bool = False) -> None:
-        """Close without a loop and warn (``__del__``; at interpreter exit, also wait up to
-        ``close_timeout``, ten seconds at most, for sub-env threads to finish closing)."""
+    def _close_unclosed(self) -> None:
         self.close_nowait()  # first: the warning may be turned into an error
-        if at_exit:
-            self._backend.finish_closing(min(self.close_timeout, _EXIT_WAIT))
         warnings.warn(f"unclosed {self!r}: {self._how_to_close}", ResourceWarning, stacklevel=1)
 
     @property

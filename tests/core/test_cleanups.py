@@ -51,6 +51,11 @@ def remove_directory(directory: str, record: str) -> None:
     print(f"removed {os.path.basename(directory)}", flush=True)  # where its output goes
 
 
+def remove_directory_after(seconds: float, directory: str, record: str) -> None:
+    time.sleep(seconds)  # a slow delete (a sandbox's, say)
+    remove_directory(directory, record)
+
+
 def remove_directory_padded(directory: str, record: str, padding: bytes) -> None:
     """``remove_directory``, with ``padding`` to make the pickled cleanup big."""
     remove_directory(directory, record)
@@ -97,6 +102,9 @@ class DirectoryEnv(FaultyEnv):
         os.mkdir(self.directory)
         if cleanup == "unpicklable":
             cleanup = threading.Lock().acquire
+        elif cleanup == "slow":  # a slow delete: still running when the interpreter exits
+            cleanup = functools.partial(remove_directory_after, 0.5, self.directory,
+                                        f"{root}/record")
         elif cleanup == "padded":  # 3 MB pickled: far more than a socket's buffer
             cleanup = functools.partial(remove_directory_padded, self.directory,
                                         f"{root}/record", bytes(3_000_000))
@@ -526,32 +534,42 @@ async def test_an_async_cleanup_outlives_its_cancelled_host(tmp_path: Path,
 
 
 _EXITS = """
-import functools, sys
+import asyncio, functools, sys
 import aiovec
 from aiovec._core import _cleanups
 from tests.backends_matrix import for_backend
 from tests.core.test_cleanups import DirectoryEnv
 
 root, backend, close = sys.argv[1:4]
-factories = [functools.partial(DirectoryEnv, index, root=root) for index in range(2)]
-envs = aiovec.VectorEnv(for_backend(backend, factories), backend=backend)
-envs.reset(seed=0)
-print(_cleanups.keeper[0], flush=True)
-if close == "close":
-    envs.close()
+cleanup = "slow" if close == "collected" else None
+factories = [functools.partial(DirectoryEnv, index, root=root, cleanup=cleanup)
+             for index in range(2)]
+if close == "collected":  # left open, collected before exit: closed without a loop
+    async def main():
+        envs = aiovec.AsyncVectorEnv(for_backend(backend, factories), backend=backend)
+        await envs.reset(seed=0)
+    asyncio.run(main())
+else:
+    envs = aiovec.VectorEnv(for_backend(backend, factories), backend=backend)
+    envs.reset(seed=0)
+    if close == "close":
+        envs.close()
+with open(f"{root}/keeper", "w") as file:  # not printed: the cleanups print beside it
+    file.write(str(_cleanups.keeper[0]))
 """
 
 
-@pytest.mark.parametrize("close", ["close", "no close"])
+@pytest.mark.parametrize("close", ["close", "no close", "collected"])
 @pytest.mark.parametrize("backend", ["thread", "inline", "parent worker"])
 def test_a_process_hosting_sub_envs_exits_quietly_and_every_cleanup_runs_once(
         backend: str, close: str, tmp_path: Path) -> None:
     """A process hosting sub-envs in its own threads (thread backend, a parent worker) or
-    inline exits, its vector env closed or not: every cleanup runs once, none cut short
-    by the interpreter stopping a thread mid-cleanup (left open, the envs close at exit,
-    waiting for those threads). The cleanup keeper outlives its owner by design, yet the
-    exit warns of no process still running and no socket left open (``-X dev`` shows every
-    ResourceWarning; a vector env left open is the one warned about), and the keeper ends."""
+    inline exits, its vector env closed, left open, or collected unclosed before exit (its
+    slow cleanups still running): every cleanup runs once, none cut short by the
+    interpreter stopping a thread mid-cleanup (exit waits for those threads). The cleanup
+    keeper outlives its owner by design, yet the exit warns of no process still running and
+    no socket left open (``-X dev`` shows every ResourceWarning; a vector env left open is
+    the one warned about), and the keeper ends."""
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     if backend == "parent worker":  # one sub-env in a worker process, one in a thread here
         backend, environment["AIOVEC_PARENT_WORKER"] = "process", "1"
@@ -562,7 +580,7 @@ def test_a_process_hosting_sub_envs_exits_quietly_and_every_cleanup_runs_once(
     warned = [line for line in trainer.stderr.splitlines() if ": ResourceWarning: " in line]
     assert len(warned) == (close != "close"), trainer.stderr
     assert all("unclosed <AsyncVectorEnv" in line for line in warned), trainer.stderr
-    keeper = int(trainer.stdout.split()[0])
+    keeper = int((tmp_path / "keeper").read_text())
     assert wait_for_exit([keeper], timeout=30) == []
     records = wait_for_records(tmp_path, 2)
     assert len(records) == len(set(records)) == 2 and directories(tmp_path) == []

@@ -31,7 +31,7 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import join_within, split_into_shares, workers_within
+from aiovec._backends._base import split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
@@ -574,9 +574,9 @@ class ProcessBackend(Backend):
         self._stop_fork_server_blocking()
         self._release()
 
-    def finish_closing(self, timeout: float) -> None:
+    def closing_threads(self) -> Sequence[threading.Thread]:
         # A parent worker's thread closes its sub-envs (their cleanups run) once let go of.
-        join_within([thread.join for thread in self._parent_threads], timeout)
+        return [parent.thread for parent in self._parent_threads]
 
     def abandoned_threads(self) -> int:
         self._parent_threads = [thread for thread in self._parent_threads if thread.running]

@@ -121,10 +121,11 @@ class ParentThread:
     def close(self) -> None:
         return
 
-    def join(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the thread to end, abandoned or not (a worker
-        process let go of ends at once; a thread runs on, closing its sub-envs)."""
-        self._thread.join(timeout)
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread itself: let go of, it runs on to close its sub-envs (a worker process
+        would end at once)."""
+        return self._thread
 
     def describe_exit(self) -> str:
         code = self.poll()
