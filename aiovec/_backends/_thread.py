@@ -278,6 +278,7 @@ class ThreadBackend(Backend):
             jobs.put((Op.CLOSE, None, None, 0))
 
     def closing_threads(self) -> Sequence[threading.Thread]:
+        # Not the abandoned ones: hung, their cleanups stay unclaimed, for the keeper to run.
         return [thread for thread in getattr(self, "_threads", ()) if thread is not None]
 
     def local_env(self, env_index: int) -> gym.Env[Any, Any]:

@@ -297,8 +297,13 @@ def run_bounded(function: Callable[[], object], timeout: float, what: str) -> bo
     thread = threading.Thread(target=run, name="aiovec-cleanup", daemon=True)
     try:
         thread.start()
-    except RuntimeError:  # at exit, Python 3.12.0 and 3.12.1 start no thread: run it here,
-        run()  # unbounded (claimed already: it would never run otherwise)
+    except RuntimeError as error:
+        if "shutdown" not in str(error):
+            raise
+        # At exit, Python 3.12.0 and 3.12.1 start no thread: run it here, unbounded (it was
+        # claimed already, so it would run nowhere else).
+        logger.warning("aiovec: %s runs unbounded: no thread starts at interpreter exit", what)
+        run()
     else:
         thread.join(timeout)
     if thread.is_alive():

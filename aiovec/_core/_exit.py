@@ -60,9 +60,11 @@ def join_at_exit(threads: Iterable[threading.Thread], timeout: float) -> None:
 def _join_closing() -> None:
     """Wait for the threads of ``join_at_exit``, each until its own time; Ctrl-C ends the
     wait (not the rest of the exit)."""
+    me = threading.current_thread()
     try:
         for thread, until in sorted(_closing.items(), key=lambda item: item[1]):
-            thread.join(max(0.0, until - time.monotonic()))
+            if thread.ident is not None and thread is not me:  # started, and not this one
+                thread.join(max(0.0, until - time.monotonic()))
     except KeyboardInterrupt:
         return
 

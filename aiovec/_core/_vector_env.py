@@ -45,8 +45,9 @@ __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 #: or an awaitable of one) for ``backend="async"``.
 EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
 
-#: Seconds at most that interpreter exit waits for a vector env left open to finish closing
-#: in this process's threads (its ``close_timeout`` if shorter).
+#: Seconds at most that interpreter exit waits for the threads of this process still closing
+#: the sub-envs of a vector env closed without a loop (its ``close_timeout`` if shorter),
+#: counted from that close.
 _EXIT_WAIT = 10.0
 
 
