@@ -47,10 +47,10 @@ def python_command(module: str, *arguments: str, prelude: str = "") -> list[str]
 
     It starts with the parent's ``sys.path``, so it imports aiovec (and the env's modules)
     from wherever the parent did: a virtualenv, an editable install, ``PYTHONPATH``.
-    ``prelude`` runs first, before anything is imported (``arguments`` are
+    ``prelude`` (whole lines) runs first, before anything is imported (``arguments`` are
     ``sys.argv[2:]`` there).
     """
-    bootstrap = (f"{prelude}\nimport json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    bootstrap = (f"{prelude}import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
                  f"from {module} import main; main(sys.argv[2:])")
     return [sys.executable, "-c", bootstrap, json.dumps(sys.path), *arguments]
 

@@ -40,6 +40,8 @@ _loops: weakref.WeakSet[_Abandonable] = weakref.WeakSet()
 #: Threads closing sub-envs of vector envs closed without a loop (``close_nowait``), each with
 #: the monotonic time until which exit waits for it.
 _closing: weakref.WeakKeyDictionary[threading.Thread, float] = weakref.WeakKeyDictionary()
+#: Seconds at most that exit waits for one of those threads, counted from its close.
+EXIT_WAIT = 10.0
 #: What runs once they are closed, in the order registered.
 _after: list[Callable[[], None]] = []
 
@@ -50,9 +52,10 @@ def close_at_exit(envs: _Closable) -> None:
 
 
 def join_at_exit(threads: Iterable[threading.Thread], timeout: float) -> None:
-    """At exit, wait for ``threads`` until ``timeout`` seconds from now (they close sub-envs
-    and run their cleanups: the interpreter would stop them wherever they are)."""
-    until = time.monotonic() + timeout
+    """At exit, wait for ``threads`` until ``timeout`` seconds from now, ``EXIT_WAIT`` at
+    most (they close sub-envs and run their cleanups: the interpreter would stop them
+    wherever they are)."""
+    until = time.monotonic() + min(timeout, EXIT_WAIT)
     for thread in threads:
         _closing[thread] = max(until, _closing.get(thread, until))
 

@@ -45,11 +45,6 @@ __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 #: or an awaitable of one) for ``backend="async"``.
 EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
 
-#: Seconds at most that interpreter exit waits for the threads of this process still closing
-#: the sub-envs of a vector env closed without a loop (its ``close_timeout`` if shorter),
-#: counted from that close.
-_EXIT_WAIT = 10.0
-
 
 class AsyncVectorEnv(FirstReadyCalls):
     """Runs ``len(env_fns)`` sub-envs concurrently behind an awaitable, Gymnasium-shaped API.
@@ -264,8 +259,8 @@ class AsyncVectorEnv(FirstReadyCalls):
             self._backend.close_nowait()
             self._limits.close()
             # Threads of this process closing sub-envs run cleanups already claimed from the
-            # keeper: exit waits for them (close_timeout, ten seconds at most).
-            join_at_exit(self._backend.closing_threads(), min(self.close_timeout, _EXIT_WAIT))
+            # keeper: exit waits for them.
+            join_at_exit(self._backend.closing_threads(), self.close_timeout)
 
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
