@@ -47,6 +47,9 @@ class _InlinePending(Pending):
         await anyio.lowlevel.checkpoint()
         self.run()
 
+    def serve_now(self) -> None:
+        self.run()
+
     def run(self) -> None:
         """Serve the request now, if it has not been served yet."""
         if self.started:
@@ -64,6 +67,12 @@ class _InlinePending(Pending):
 
     def _run(self) -> None:
         slots, op, replies, arrivals = self._slots, self.op, self.replies, self.arrivals
+        if op is Op.STEP and arrivals is None and not self.skipped:  # the hot path
+            for position, (env_index, action) in enumerate(zip(self.env_indices,
+                                                                self._payloads)):
+                replies[position] = slots[env_index].step(action)
+            self._payloads = ()
+            return
         for position, (env_index, payload) in enumerate(zip(self.env_indices, self._payloads)):
             if env_index in self.skipped:
                 continue
@@ -78,6 +87,7 @@ class InlineBackend(Backend):
 
     name: ClassVar[str] = "inline"
     in_process: ClassVar[bool] = True
+    serves_in_caller: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  max_concurrency: int | None = None, limits: SharedLimits | None = None,

@@ -172,6 +172,11 @@ class Pending(abc.ABC):
     async def wait(self) -> None:
         """Return once every addressed sub-env has replied (cancellable)."""
 
+    def serve_now(self) -> None:
+        """Serve the request in full in the calling thread, with no event loop: only on a
+        backend that ``serves_in_caller``."""
+        raise NotImplementedError("this backend serves requests on hosts of its own")
+
     def abandon(self) -> None:
         """The caller gave up on this request: what still arrives is never read.
 
@@ -207,6 +212,9 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: True when the sub-envs live in this process, so their objects can be read directly.
     in_process: ClassVar[bool]
+    #: True when a request can be served in full in the calling thread, with no event loop
+    #: (``Pending.serve_now``): the sub-envs run there, one after another (inline).
+    serves_in_caller: ClassVar[bool] = False
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
     #: False when ``submit`` is done with a step's actions by the time it returns (written to

@@ -17,7 +17,10 @@ starts the sub-envs, and calls in here. The step path, for a full batch::
                     _release: the next call may start
 
 ``_submit_*`` and ``_finish_*`` are separate so the sync shim can offer Gymnasium's
-``step_async``/``step_wait``; ``_finish_*`` releases the claim whatever happens. A first-ready
+``step_async``/``step_wait``; ``_finish_*`` releases the claim whatever happens. On a backend
+that serves requests in the caller's thread (inline), ``_step_now`` takes the place of
+``_finish_step`` with no event loop at all: the same ``_collect``, ``_store_step`` and
+``_end_step``, and ``_resume_step`` on a loop only when a sub-env must be restarted. A first-ready
 batch (``send``/``recv``) takes the same path per sub-env: ``_receive`` (the first-ready calls
 themselves, the in-flight cap and ``abort`` are ``_first_ready_calls``).
 """
@@ -55,12 +58,26 @@ from aiovec._exceptions import (
     SubEnvErrorGroup,
 )
 
-__all__ = ["BoolArray", "Engine", "State", "StepResult"]
+__all__ = ["BoolArray", "Engine", "PausedStep", "State", "StepResult"]
 
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 StepResult = tuple[Any, np.ndarray[Any, Any], BoolArray, BoolArray, dict[str, Any]]
 #: The claim of a ``recv`` while it restarts the failed sub-envs of its batch.
 RESTARTING = "recv (restarting sub-envs)"
+
+
+class PausedStep:
+    """A step served with no event loop (``Engine._step_now``) that has sub-envs to restart:
+    what ``Engine._resume_step`` needs to finish it on a loop. It holds the claim."""
+
+    __slots__ = ("broken", "in_flight", "infos", "restartable")
+
+    def __init__(self, in_flight: InFlight, restartable: dict[int, str],
+                 broken: dict[int, str], infos: dict[str, Any]) -> None:
+        self.in_flight = in_flight
+        self.restartable = restartable
+        self.broken = broken
+        self.infos = infos
 
 
 class State(enum.Enum):
@@ -184,11 +201,18 @@ class Engine:
         return claim.operation if any(index in held for index in env_indices) else None
 
     async def _submit_step(self, actions: Any, out: Any = None) -> InFlight:
+        return self._submit_step_now(actions, out)
+
+    def _submit_step_now(self, actions: Any, out: Any = None,
+                         served_now: bool = False) -> InFlight:
+        """Claim, check the actions (and ``out``), submit: nothing here awaits.
+        ``served_now``: the request is served before this call's caller returns (``_step_now``
+        at once), so the backend may read the caller's actions, not a copy."""
         self._claim("step")
         if self._state is not State.RUNNING or not self._health.all_ready():
             raise ResetNeededError(self._reset_needed_message())
         backend, checker = self._backend, self._checkers.full
-        batch = checker.check(actions, copy=backend.keeps_actions)
+        batch = checker.check(actions, copy=backend.keeps_actions and not served_now)
         if out is not None:
             check_out(out, self._results.observations)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
@@ -271,45 +295,107 @@ class Engine:
     async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
         try:
             replies, broken = await self._gather(in_flight, timeout)
-            results = self._results
-            out = in_flight.out
-            pending = in_flight.pending
-            infos = {} if in_flight.quiet() else results.store_steps(
-                replies, broken, out, () if pending is None else pending.packed_infos)
-            if results.misfits:
-                self._refuse_misfits(in_flight, replies, broken)
-            if broken:
-                self._step_counts.add_answered(in_flight.env_indices, replies)
-            else:
-                self._step_counts.add_all()
-            restartable = self._recovery.restartable(broken)
+            infos, restartable = self._store_step(in_flight, replies, broken)
             if restartable:
-                same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-                previous = {index: results.row(index) for index in restartable}
-                restarted = await self._restart_or_abandon(
-                    in_flight, restartable, {} if same_step else None, previous)
-                self._check_open("step")
-                if restarted is not None:
-                    results.apply_restarts(restarted, previous, infos, out=out)
-                    broken = _still_broken(broken, restarted)
-            if self.autoreset_mode is AutoresetMode.DISABLED:
-                self._health.ended(results.terminations, results.truncations)
-            self._recovery.episodes.step(results.terminations, results.truncations, infos)
-            # No local name for the batch: a raised error's frames must not pin shared memory.
-            result = (
-                self._observations_for_caller(out),
-                results.rewards.copy(),
-                results.terminations.copy(),
-                results.truncations.copy(),
-                infos,
-            )
-            if broken:
-                self._fail("step", in_flight, broken, result)
-            self._counters.steps += 1
-            self._recovery.env_steps.add_all()
-            return result
+                broken = await self._restart_step(in_flight, restartable, broken, infos)
+            return self._end_step(in_flight, broken, infos)
         finally:
             self._release(in_flight)
+
+    def _step_now(self, in_flight: InFlight, timeout: Timeout) -> StepResult | PausedStep:
+        """``_finish_step`` with no event loop, for a backend that ``serves_in_caller``: the
+        step runs now, in this thread, under the same rules (a positive deadline cannot pass
+        before a request served in full here returns). A sub-env to restart needs awaiting:
+        → a ``PausedStep`` for ``_resume_step``, still holding the claim."""
+        paused = None
+        try:
+            in_flight.deadline = self.timeout if timeout is USE_DEFAULT else timeout
+            try:
+                assert in_flight.pending is not None
+                in_flight.pending.serve_now()
+            except BaseException:  # interrupted (Ctrl-C) inside a sub-env
+                self._abandon(in_flight)
+                raise
+            replies, broken = self._collect(in_flight)
+            infos, restartable = self._store_step(in_flight, replies, broken)
+            if restartable:
+                paused = PausedStep(in_flight, restartable, broken, infos)
+                return paused
+            return self._end_step(in_flight, broken, infos)
+        finally:
+            if paused is None:
+                self._release(in_flight)
+
+    async def _resume_step(self, paused: PausedStep) -> StepResult:
+        """Restart what ``_step_now`` found broken, then end the step as ``_finish_step``."""
+        in_flight = paused.in_flight
+        try:
+            broken = await self._restart_step(in_flight, paused.restartable, paused.broken,
+                                              paused.infos)
+            return self._end_step(in_flight, broken, paused.infos)
+        finally:
+            self._release(in_flight)
+
+    def _drop_paused(self, paused: PausedStep) -> None:
+        """After ``_resume_step`` ran (nothing to do) or was never run (its caller interrupted
+        first: the step is abandoned, its broken sub-envs need a reset)."""
+        in_flight = paused.in_flight
+        if self._in_flight is in_flight:
+            self._abandon(in_flight)
+            self._health.need_reset(list(paused.broken))
+            self._release(in_flight)
+
+    def _store_step(self, in_flight: InFlight, replies: list[Any],
+                    broken: dict[int, str]) -> tuple[dict[str, Any], dict[int, str]]:
+        """The step's replies into the batch → (its infos, the broken sub-envs the restart
+        policy restarts)."""
+        results = self._results
+        pending = in_flight.pending
+        infos = {} if in_flight.quiet() else results.store_steps(
+            replies, broken, in_flight.out, () if pending is None else pending.packed_infos)
+        if results.misfits:
+            self._refuse_misfits(in_flight, replies, broken)
+        if broken:
+            self._step_counts.add_answered(in_flight.env_indices, replies)
+            return infos, self._recovery.restartable(broken)
+        self._step_counts.add_all()
+        return infos, {}
+
+    async def _restart_step(self, in_flight: InFlight, restartable: dict[int, str],
+                            broken: dict[int, str], infos: dict[str, Any]) -> dict[int, str]:
+        """Restart a step's broken sub-envs (their new episode's first observation in the
+        batch) → the sub-envs still broken."""
+        results = self._results
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        previous = {index: results.row(index) for index in restartable}
+        restarted = await self._restart_or_abandon(
+            in_flight, restartable, {} if same_step else None, previous)
+        self._check_open("step")
+        if restarted is None:
+            return broken
+        results.apply_restarts(restarted, previous, infos, out=in_flight.out)
+        return _still_broken(broken, restarted)
+
+    def _end_step(self, in_flight: InFlight, broken: dict[int, str],
+                  infos: dict[str, Any]) -> StepResult:
+        """The step's result for the caller; raise for its broken sub-envs."""
+        results = self._results
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._health.ended(results.terminations, results.truncations)
+        self._recovery.episodes.step(results.terminations, results.truncations, infos)
+        # No local name for the batch: a raised error's frames must not pin shared memory.
+        result = (
+            self._observations_for_caller(in_flight.out),
+            results.rewards.copy(),
+            results.terminations.copy(),
+            results.truncations.copy(),
+            infos,
+        )
+        if broken:
+            self._fail("step", in_flight, broken, result)
+        self._counters.steps += 1
+        self._recovery.env_steps.add_all()
+        return result
 
     def _refuse_misfits(self, in_flight: InFlight, replies: list[Any],
                         broken: dict[int, str]) -> None:
@@ -453,12 +539,17 @@ class Engine:
         except BaseException:  # cancelled by the caller (or interrupted)
             self._abandon(in_flight)
             raise
+        return self._collect(in_flight)
+
+    def _collect(self, in_flight: InFlight) -> tuple[list[Any], dict[int, str]]:
+        """Every reply is in, or its deadline passed → (replies, broken sub-envs and why)."""
         if self._state is State.CLOSED:  # another task closed the vector env meanwhile
             raise ClosedError(f"the vector env was closed during {in_flight.operation}")
         replies = in_flight.replies()
         broken: dict[int, str] = {}
         if in_flight.quiet():  # every reply is None: nothing failed, nothing to read
             return replies, broken
+        deadline = in_flight.deadline
         if in_flight.late:
             self._counters.timeouts += len(in_flight.late)
             self._recovery.note_late(in_flight.late, deadline)

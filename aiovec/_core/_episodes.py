@@ -102,7 +102,8 @@ class EpisodeTally:
              infos: dict[str, Any]) -> None:
         """Count the episodes that ended in a step's rows (the hot path: cheap when none
         did, and when none was cut or lost, which ``episode_outcomes`` then need not say)."""
-        if not (terminations.any() or truncations.any()):
+        # (count_nonzero: a fifth of ``ndarray.any``'s cost on a few rows)
+        if not (np.count_nonzero(terminations) or np.count_nonzero(truncations)):
             return
         if "_restart" in infos or "_episode_timeout" in infos or "final_info" in infos:
             self.outcomes(episode_outcomes(terminations, truncations, infos))

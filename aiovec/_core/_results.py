@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from aiovec._core._batching import concatenate_afresh, copy_batch, take_rows
+from aiovec._core._batching import concatenate_afresh, concatenate_into, copy_batch, take_rows
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._infos import PackedInfos, merge_info, splice_infos
 from aiovec._core._observations import copy_observations, misfit_failure, read_row
@@ -176,9 +176,9 @@ class BatchResults:
 
     def _concatenate(self, observations: Sequence[Any], out: Any) -> None:
         if out is None:
-            self.observations = concatenate(self.space, observations, self.observations)
+            self.observations = concatenate_into(self.space, observations, self.observations)
         else:
-            concatenate(self.space, observations, out)
+            concatenate_into(self.space, observations, out)
 
     def _without_misfits(self, phase: str, observations: Sequence[Any], stored: Sequence[int],
                          error: Exception, env_ids: Sequence[int] | None = None) -> list[Any]:

@@ -10,13 +10,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from aiovec._core._arguments import check_count, check_env_fns, check_recv_bounds, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
-from aiovec._core._engine import BoolArray, State, StepResult
+from aiovec._core._engine import BoolArray, PausedStep, State, StepResult
 from aiovec._core._exit import close_at_exit, join_at_exit
 from aiovec._core._failures import error_group
 from aiovec._core._first_ready import FirstReady, StepBatch
@@ -415,8 +416,30 @@ class AsyncVectorEnv(FirstReadyCalls):
         refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
         timeout = checked_timeout(timeout)
-        in_flight = await self._submit_step(actions, out)
-        return await self._finish_step(in_flight, timeout)
+        in_flight = self._submit_step_now(actions, out)
+        if not self._backend.serves_in_caller:
+            return await self._finish_step(in_flight, timeout)
+        try:  # the one await (as on every backend): a step cancelled here touched nothing
+            await anyio.lowlevel.checkpoint()
+        except BaseException:
+            self._release(in_flight)
+            raise
+        outcome = self._step_now(in_flight, timeout)
+        if isinstance(outcome, PausedStep):
+            return await self._resume_step(outcome)
+        return outcome
+
+    def _step_here(self, actions: Any, out: Any = None) -> StepResult | PausedStep:
+        """``step`` with no event loop, for the sync shim, where ``_steps_here``: see
+        ``_engine.Engine._step_now``."""
+        return self._step_now(self._submit_step_now(actions, out, served_now=True),
+                              USE_DEFAULT)
+
+    @property
+    def _steps_here(self) -> bool:
+        """True when a step can run in the calling thread with no event loop (the backend
+        ``serves_in_caller``, once started)."""
+        return self._state is State.RUNNING and self._backend.serves_in_caller
 
     async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable) → the results."""

@@ -246,6 +246,14 @@ class LoopDriver:
             with _outer_loop_set_aside():
                 return self._drive(async_fn, args, kwargs)
 
+    def call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in this thread with the loop standing still, one at a time with
+        ``run`` (a call that needs no event loop: an inline step)."""
+        with self._driving:
+            if self._closed:
+                raise RuntimeError("the vector env's event loop is closed")
+            return function(*args)
+
     def _drive(self, async_fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...],
                kwargs: dict[str, Any], ctrl_c: _CtrlC | None = None) -> T:
         """Run the loop in this thread until the coroutine is done."""

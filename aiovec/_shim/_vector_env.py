@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
+from aiovec._core._engine import PausedStep
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._options import VectorOptions, takes_options
 from aiovec._core._spaces import ObservationMode
@@ -76,6 +77,8 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         self.observation_mode = observation_mode
         self.autoreset_mode = env.autoreset_mode
         super().__init__(env)
+        #: Steps run in this thread with no event loop (the backend serves in the caller).
+        self._steps_here = env._steps_here
         self.single_observation_space = env.single_observation_space
         self.observation_space = env.observation_space
         self.single_action_space = env.single_action_space
@@ -127,7 +130,17 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         observations; a wrong one raises before any sub-env steps (``AsyncVectorEnv.step``).
         """
         self._begin("step")
-        return self._loop.run(self._env.step, actions, out=out)
+        env = self._env
+        if not self._steps_here:
+            return self._loop.run(env.step, actions, out=out)
+        # The sub-envs run in this thread (inline): no event loop unless one must restart.
+        outcome = self._loop.call(env._step_here, actions, out)
+        if not isinstance(outcome, PausedStep):
+            return outcome
+        try:
+            return self._loop.run(env._resume_step, outcome)
+        finally:
+            env._drop_paused(outcome)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""
