@@ -1,4 +1,4 @@
-"""The fixed cost of a vector step: µs per step of CartPole × 8 on every local backend, through
+"""The fixed cost of a vector step: µs per step of CartPole x 8 on every local backend, through
 the sync shim and through ``await`` (asyncio and uvloop), against Gymnasium's
 ``SyncVectorEnv``, interleaved.
 
@@ -9,7 +9,7 @@ else (``AsyncCartPole``). Each repeat measures every contender once, in the same
 the report gives the median µs per vector step with its range, the time against
 ``SyncVectorEnv`` (median of the per-repeat ratios) and their spread, and issue 48's targets:
 the shim with ``backend="auto"`` at least as fast as ``SyncVectorEnv``, ``await`` on the
-inline backend within 1.1× its time.
+inline backend within 1.1x its time.
 
 Run: ``.venv/bin/python benchmarks/fixed_cost.py [--repeats 7] [--steps 3000]``; writes
 ``results/fixed_cost.md`` after a full run.

@@ -26,7 +26,6 @@ from aiovec._core._requests import (
     Failure,
     Op,
     ResetOutcome,
-    StepOutcome,
 )
 from aiovec._core._statistics import SAMPLE_EVERY
 
@@ -61,13 +60,6 @@ class EnvSlot:
         except Exception as exc:
             return Failure.capture(self.env_index, op.value, exc)
 
-    def step(self, action: Any) -> Any:
-        """``run(Op.STEP, action)`` without the dispatch: a host's hot path."""
-        try:
-            return self._step(action)
-        except Exception as exc:
-            return Failure.capture(self.env_index, "step", exc)
-
     def _make(self, env_fn: Callable[[], gym.Env[Any, Any]]) -> EnvDescription:
         """Make the sub-env; a remake (restart) closes the old one first, ignoring its errors."""
         old, self.env = self.env, None
@@ -100,41 +92,45 @@ class EnvSlot:
         obs, info = env.reset(seed=seed, options=options)
         return obs, info, env.np_random_seed
 
-    def _step(self, action: Any) -> StepOutcome:
-        """Step with autoreset (the hot path: written out, no helper calls); the sampled steps
-        go through ``_timed_step``."""
+    def step(self, action: Any) -> Any:
+        """``run(Op.STEP, action)`` without the dispatch, a host's hot path: step with
+        autoreset (written out, no helper calls), a sub-env exception returned as a
+        ``Failure``; the sampled steps are timed by ``_timed_step``."""
         untimed_steps = self.untimed_steps
         if not untimed_steps:
             return self._timed_step(action)
         self.untimed_steps = untimed_steps - 1
-        env = self.env
-        if env is None:
-            raise self._not_running()
-        autoreset = self.autoreset
-        if autoreset.pending and autoreset.reset_instead_of_step():
-            obs, info = env.reset()
-            return obs, 0.0, False, False, info, None
-        obs, reward, terminated, truncated, info = env.step(action)
-        if autoreset.episode_timeout is not None:  # a step in progress runs to its end here
-            truncated, info = autoreset.cut(terminated, truncated, info)
-        if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
-            final = {"final_obs": obs, "final_info": info}
-            obs, info = env.reset()
-            return obs, reward, terminated, truncated, info, final
-        return obs, reward, terminated, truncated, info, None
+        try:
+            env = self.env
+            if env is None:
+                raise self._not_running()
+            autoreset = self.autoreset
+            if autoreset.pending and autoreset.reset_instead_of_step():
+                obs, info = env.reset()
+                return obs, 0.0, False, False, info, None
+            obs, reward, terminated, truncated, info = env.step(action)
+            if autoreset.episode_timeout is not None:  # a step in progress runs to its end
+                truncated, info = autoreset.cut(terminated, truncated, info)
+            if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = env.reset()
+                return obs, reward, terminated, truncated, info, final
+            return obs, reward, terminated, truncated, info, None
+        except Exception as exc:
+            return Failure.capture(self.env_index, "step", exc)
 
-    def _timed_step(self, action: Any) -> StepOutcome:
-        """``_step``, timed by ``step_timer``, which says how many steps to leave untimed next
+    def _timed_step(self, action: Any) -> Any:
+        """``step``, timed by ``step_timer``, which says how many steps to leave untimed next
         (without a timer: look again in ``SAMPLE_EVERY`` steps, one may be given)."""
         timer = self.step_timer
-        self.untimed_steps = 1  # so that ``_step`` below runs the step itself
+        self.untimed_steps = 1  # so that ``step`` below runs the step itself
         if timer is None:
-            result = self._step(action)
+            result = self.step(action)
             self.untimed_steps = SAMPLE_EVERY
             return result
         started = time.perf_counter()
         try:
-            return self._step(action)
+            return self.step(action)
         finally:
             self.untimed_steps = timer(started)
 
@@ -168,7 +164,7 @@ class EnvSlot:
 _HANDLERS: dict[Op, Callable[[EnvSlot, Any], Any]] = {
     Op.MAKE: EnvSlot._make,
     Op.RESET: EnvSlot._reset,
-    Op.STEP: EnvSlot._step,
+    Op.STEP: EnvSlot.step,
     Op.CALL: EnvSlot._call,
     Op.SET_ATTR: EnvSlot._set_attr,
     Op.CLOSE: EnvSlot._close,

@@ -109,7 +109,7 @@ class EpisodeTally:
             self.outcomes(episode_outcomes(terminations, truncations, infos))
             return
         finished = int(np.count_nonzero(terminations))
-        truncated = int(np.count_nonzero(truncations & ~terminations))
+        truncated = int(np.count_nonzero(truncations > terminations))  # and not terminated
         self._counts[FINISHED] += finished
         self._counts[TRUNCATED] += truncated
         if self.recent.maxlen:
