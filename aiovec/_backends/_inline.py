@@ -15,7 +15,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._slot import EnvSlot
-from aiovec._core._backend import Arrivals, Backend, Pending
+from aiovec._core._backend import Arrivals, Backend, Pending, Waited
 from aiovec._core._cleanups import hosted
 from aiovec._core._requests import Op, Remade
 from aiovec._core._statistics import LatencyLog
@@ -47,8 +47,9 @@ class _InlinePending(Pending):
         await anyio.lowlevel.checkpoint()
         self.run()
 
-    def serve_now(self) -> None:
-        self.run()
+    def wait_here(self, timeout: float | None) -> Waited:
+        self.run()  # to its end: a deadline cannot cut an inline request short
+        return Waited.DONE
 
     def run(self) -> None:
         """Serve the request now, if it has not been served yet."""
@@ -88,6 +89,7 @@ class InlineBackend(Backend):
     name: ClassVar[str] = "inline"
     in_process: ClassVar[bool] = True
     serves_in_caller: ClassVar[bool] = True
+    waits_in_caller: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  max_concurrency: int | None = None, limits: SharedLimits | None = None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import collections
 import contextlib
+import enum
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -34,7 +35,19 @@ from aiovec._core._statistics import LatencyLog
 from aiovec._exceptions import ClosedError
 from aiovec._limits._shared import SharedLimits
 
-__all__ = ["Arrivals", "Backend", "Pending"]
+__all__ = ["Arrivals", "Backend", "Pending", "Waited"]
+
+
+class Waited(enum.Enum):
+    """How ``Pending.wait_here`` ended."""
+
+    #: Every reply is in.
+    DONE = "done"
+    #: The timeout passed first: the sub-envs still owing a reply are late.
+    LATE = "late"
+    #: What is left needs the event loop (a dead worker's exit status to wait for): finish
+    #: with ``wait`` there.
+    ON_LOOP = "on loop"
 
 
 class Arrivals:
@@ -172,10 +185,11 @@ class Pending(abc.ABC):
     async def wait(self) -> None:
         """Return once every addressed sub-env has replied (cancellable)."""
 
-    def serve_now(self) -> None:
-        """Serve the request in full in the calling thread, with no event loop: only on a
-        backend that ``serves_in_caller``."""
-        raise NotImplementedError("this backend serves requests on hosts of its own")
+    def wait_here(self, timeout: float | None) -> Waited:
+        """``wait``, blocking the calling thread with no event loop, ``timeout`` seconds at
+        most (only on a backend that ``waits_in_caller``, from the thread that runs its event
+        loop, while the loop stands still)."""
+        raise NotImplementedError("this backend's replies arrive through its event loop")
 
     def abandon(self) -> None:
         """The caller gave up on this request: what still arrives is never read.
@@ -212,9 +226,12 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: True when the sub-envs live in this process, so their objects can be read directly.
     in_process: ClassVar[bool]
-    #: True when a request can be served in full in the calling thread, with no event loop
-    #: (``Pending.serve_now``): the sub-envs run there, one after another (inline).
+    #: True when a request is served in full in the calling thread (``Pending.wait_here``
+    #: runs the sub-envs there, one after another: inline), so awaiting it is no wait.
     serves_in_caller: ClassVar[bool] = False
+    #: True when a request's replies can be waited for in the calling thread with no event
+    #: loop (``Pending.wait_here``): what the sync shim does between two blocking calls.
+    waits_in_caller: ClassVar[bool] = False
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
     #: False when ``submit`` is done with a step's actions by the time it returns (written to

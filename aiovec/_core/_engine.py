@@ -18,9 +18,10 @@ starts the sub-envs, and calls in here. The step path, for a full batch::
 
 ``_submit_*`` and ``_finish_*`` are separate so the sync shim can offer Gymnasium's
 ``step_async``/``step_wait``; ``_finish_*`` releases the claim whatever happens. On a backend
-that serves requests in the caller's thread (inline), ``_step_now`` takes the place of
-``_finish_step`` with no event loop at all: the same ``_collect``, ``_store_step`` and
-``_end_step``, and ``_resume_step`` on a loop only when a sub-env must be restarted. A first-ready
+whose replies can be waited for in the caller's thread (inline, process), the sync shim's
+``_step_now`` takes the place of ``_finish_step`` with no event loop at all: the same
+``_collect``, ``_store_step`` and ``_end_step``, and a loop only for what must be awaited (a
+restart: ``_resume_step``). A first-ready
 batch (``send``/``recv``) takes the same path per sub-env: ``_receive`` (the first-ready calls
 themselves, the in-flight cap and ``abort`` are ``_first_ready_calls``).
 """
@@ -28,7 +29,8 @@ themselves, the in-flight cap and ``abort`` are ``_first_ready_calls``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Container, Iterable, Sequence
+import functools
+from collections.abc import Callable, Container, Coroutine, Iterable, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -37,7 +39,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._actions import ActionCheckers
 from aiovec._core._arguments import check_timeout
-from aiovec._core._backend import Backend
+from aiovec._core._backend import Backend, Waited
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import REFUSED, FirstReady, Restarted, StepBatch
 from aiovec._core._health import Health
@@ -67,17 +69,19 @@ RESTARTING = "recv (restarting sub-envs)"
 
 
 class PausedStep:
-    """A step served with no event loop (``Engine._step_now``) that has sub-envs to restart:
-    what ``Engine._resume_step`` needs to finish it on a loop. It holds the claim."""
+    """A step run with no event loop (``Engine._step_now``) that needs one to finish: a
+    sub-env to restart, or a dead worker's exit status to wait for. It holds the claim until
+    ``resume()`` is run on the loop (or ``Engine._drop_paused``)."""
 
-    __slots__ = ("broken", "in_flight", "infos", "restartable")
+    __slots__ = ("broken", "in_flight", "resume")
 
-    def __init__(self, in_flight: InFlight, restartable: dict[int, str],
-                 broken: dict[int, str], infos: dict[str, Any]) -> None:
+    def __init__(self, in_flight: InFlight, broken: dict[int, str],
+                 resume: Callable[[], Coroutine[Any, Any, StepResult]]) -> None:
         self.in_flight = in_flight
-        self.restartable = restartable
+        #: The sub-envs found broken so far (they need a reset if ``resume`` never runs).
         self.broken = broken
-        self.infos = infos
+        #: Finishes the step on the event loop, and releases the claim.
+        self.resume = resume
 
 
 class State(enum.Enum):
@@ -303,38 +307,58 @@ class Engine:
             self._release(in_flight)
 
     def _step_now(self, in_flight: InFlight, timeout: Timeout) -> StepResult | PausedStep:
-        """``_finish_step`` with no event loop, for a backend that ``serves_in_caller``: the
-        step runs now, in this thread, under the same rules (a positive deadline cannot pass
-        before a request served in full here returns). A sub-env to restart needs awaiting:
-        → a ``PausedStep`` for ``_resume_step``, still holding the claim."""
+        """``_finish_step`` with no event loop, for a backend that ``waits_in_caller``: this
+        thread waits for the replies (inline: runs the sub-envs), under the same deadline and
+        the same rules. What needs awaiting (a restart, a dead worker's exit status) is left
+        to a ``PausedStep``, which holds the claim meanwhile. Interrupted (Ctrl-C) anywhere,
+        the step's sub-envs may have moved unseen: they need a reset."""
         paused = None
         try:
-            in_flight.deadline = self.timeout if timeout is USE_DEFAULT else timeout
-            try:
-                assert in_flight.pending is not None
-                in_flight.pending.serve_now()
-            except BaseException:  # interrupted (Ctrl-C) inside a sub-env
-                self._abandon(in_flight)
-                raise
+            deadline = self.timeout if timeout is USE_DEFAULT else timeout
+            in_flight.deadline = deadline
+            assert in_flight.pending is not None
+            waited = in_flight.pending.wait_here(deadline)
+            if waited is Waited.ON_LOOP:
+                paused = PausedStep(in_flight, {},
+                                    functools.partial(self._finish_step, in_flight, timeout))
+                return paused
+            if waited is Waited.LATE:
+                in_flight.late = in_flight.unanswered()
             replies, broken = self._collect(in_flight)
             infos, restartable = self._store_step(in_flight, replies, broken)
             if restartable:
-                paused = PausedStep(in_flight, restartable, broken, infos)
+                paused = PausedStep(in_flight, broken, functools.partial(
+                    self._resume_step, in_flight, restartable, broken, infos))
                 return paused
             return self._end_step(in_flight, broken, infos)
+        except Exception:
+            raise
+        except BaseException:
+            self._abandon(in_flight)
+            raise
         finally:
             if paused is None:
                 self._release(in_flight)
 
-    async def _resume_step(self, paused: PausedStep) -> StepResult:
+    async def _resume_step(self, in_flight: InFlight, restartable: dict[int, str],
+                           broken: dict[int, str], infos: dict[str, Any]) -> StepResult:
         """Restart what ``_step_now`` found broken, then end the step as ``_finish_step``."""
-        in_flight = paused.in_flight
         try:
-            broken = await self._restart_step(in_flight, paused.restartable, paused.broken,
-                                              paused.infos)
-            return self._end_step(in_flight, broken, paused.infos)
+            broken = await self._restart_step(in_flight, restartable, broken, infos)
+            return self._end_step(in_flight, broken, infos)
         finally:
             self._release(in_flight)
+
+    def _interrupted_step(self) -> None:
+        """Ctrl-C struck during a step run with no event loop, or as it ended (its result
+        never reached the caller): its sub-envs may have moved unseen, and need a reset. A
+        step paused for the loop (``PausedStep``) lets go of its claim."""
+        claim = self._in_flight
+        if claim is not None and claim.operation == "step":
+            self._abandon(claim)
+            self._release(claim)
+        if self._state is State.RUNNING:
+            self._health.need_reset(list(self._all_envs))
 
     def _drop_paused(self, paused: PausedStep) -> None:
         """After ``_resume_step`` ran (nothing to do) or was never run (its caller interrupted

@@ -426,7 +426,7 @@ class AsyncVectorEnv(FirstReadyCalls):
             raise
         outcome = self._step_now(in_flight, timeout)
         if isinstance(outcome, PausedStep):
-            return await self._resume_step(outcome)
+            return await outcome.resume()
         return outcome
 
     def _step_here(self, actions: Any, out: Any = None) -> StepResult | PausedStep:
@@ -438,8 +438,8 @@ class AsyncVectorEnv(FirstReadyCalls):
     @property
     def _steps_here(self) -> bool:
         """True when a step can run in the calling thread with no event loop (the backend
-        ``serves_in_caller``, once started)."""
-        return self._state is State.RUNNING and self._backend.serves_in_caller
+        ``waits_in_caller``, once started)."""
+        return self._state is State.RUNNING and self._backend.waits_in_caller
 
     async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable) → the results."""

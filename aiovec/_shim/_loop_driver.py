@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import sniffio
 
 from aiovec._core._exit import abandon_at_exit
+from aiovec._core._interrupts import deferred
 from aiovec._internals import INTERNALS
 
 __all__ = ["LoopDriver"]
@@ -248,11 +249,12 @@ class LoopDriver:
 
     def call(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` in this thread with the loop standing still, one at a time with
-        ``run`` (a call that needs no event loop: an inline step)."""
+        ``run`` (a call that needs no event loop: a step waited for here). Ctrl-C meanwhile
+        is raised only where nothing is half done (``_interrupts.deferred``)."""
         with self._driving:
             if self._closed:
                 raise RuntimeError("the vector env's event loop is closed")
-            return function(*args)
+            return deferred(function, *args)
 
     def _drive(self, async_fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...],
                kwargs: dict[str, Any], ctrl_c: _CtrlC | None = None) -> T:

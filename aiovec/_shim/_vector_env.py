@@ -133,12 +133,17 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         env = self._env
         if not self._steps_here:
             return self._loop.run(env.step, actions, out=out)
-        # The sub-envs run in this thread (inline): no event loop unless one must restart.
-        outcome = self._loop.call(env._step_here, actions, out)
+        # Waited for in this thread (inline: run here), with no event loop unless something
+        # must be awaited (a restart).
+        try:
+            outcome = self._loop.call(env._step_here, actions, out)
+        except KeyboardInterrupt:  # in the step or as it ended: its sub-envs moved unseen
+            env._interrupted_step()
+            raise
         if not isinstance(outcome, PausedStep):
             return outcome
         try:
-            return self._loop.run(env._resume_step, outcome)
+            return self._loop.run(outcome.resume)
         finally:
             env._drop_paused(outcome)
 

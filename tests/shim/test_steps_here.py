@@ -7,6 +7,8 @@ import asyncio
 import os
 import signal
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -17,7 +19,7 @@ import sniffio
 import aiovec
 from aiovec._core._engine import PausedStep
 from aiovec.testing import CountingEnv
-from tests.envs import RaisingEnv
+from tests.envs import CrashingEnv, FifoStepEnv, PidEnv, RaisingEnv, wait_for_fifo
 
 ACTIONS = np.ones(3, np.int64)
 FAST = aiovec.RestartPolicy(backoff=0.01)
@@ -40,7 +42,8 @@ class LoopProbeEnv(CountingEnv):
 
 
 class InterruptedEnv(CountingEnv):
-    """Its step number ``at`` is interrupted by Ctrl-C (a real SIGINT to this process)."""
+    """Ctrl-C (a real SIGINT to this process) strikes in its step number ``at``, which
+    counts one step more."""
 
     def __init__(self, at: int) -> None:
         super().__init__()
@@ -117,9 +120,11 @@ def test_a_paused_step_never_resumed_leaves_its_sub_envs_for_a_reset() -> None:
         assert obs.tolist() == [[2, 2]] * 3
 
 
-def test_ctrl_c_inside_an_inline_sub_env_interrupts_the_step_and_leaves_it_for_a_reset(
+def test_ctrl_c_inside_an_inline_sub_env_ends_the_step_then_interrupts_it(
     ctrl_c: None,
 ) -> None:
+    # As on the shim's event loop: the first press lets the step end (nothing is left half
+    # done), then raises; the batch, stepped unseen, waits for a reset.
     interrupted = InterruptedEnv(at=1)
     with aiovec.VectorEnv([CountingEnv, lambda: interrupted, CountingEnv],
                           backend="inline") as envs:
@@ -127,14 +132,15 @@ def test_ctrl_c_inside_an_inline_sub_env_interrupts_the_step_and_leaves_it_for_a
         envs.step(ACTIONS)
         with pytest.raises(KeyboardInterrupt):
             envs.step(ACTIONS)
-        # Sub-env 0 stepped and 1 was cut short, unseen: the whole batch waits for a reset.
+        assert envs.get_attr("steps") == (2, 3, 2)  # (sub-env 1 counts its interrupt too)
         assert "in flight" not in repr(envs.async_env)
         assert envs.unusable_envs == (0, 1, 2)
         with pytest.raises(aiovec.ResetNeededError):
             envs.step(ACTIONS)
         envs.reset(seed=0)
         obs, *_ = envs.step(ACTIONS)
-        assert obs.tolist() == [[3, 2], [3, 2], [2, 2]]
+        assert obs.tolist() == [[3, 2], [4, 2], [3, 2]]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_inline_shim_steps_from_two_threads_run_one_at_a_time() -> None:
@@ -172,3 +178,96 @@ def test_an_inline_shim_matches_gymnasiums_sync_vector_env_step_for_step() -> No
             for result, expected in zip(envs.step(batch), reference.step(batch)):
                 np.testing.assert_equal(result, expected)
     reference.close()
+
+
+# ------------------------------------------------------------------ the process backend
+# The shim reads the workers' replies from their sockets itself, its event loop standing
+# still: the same deadline, failures and restarts as a step on the loop.
+
+TWO_WORKERS = {"backend": "process", "num_workers": 2}
+
+
+@pytest.mark.worker_processes
+def test_a_process_shim_step_past_its_deadline_names_the_late_sub_env_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "in-step"
+    os.mkfifo(fifo)
+    with aiovec.VectorEnv([CountingEnv, lambda: FifoStepEnv(str(fifo), block_at=2)],
+                          timeout=2.0, **TWO_WORKERS) as envs:
+        envs.reset(seed=0)
+        envs.step(np.ones(2, np.int64))
+        started = time.monotonic()
+        with pytest.raises(aiovec.EnvTimeoutError) as caught:
+            envs.step(np.ones(2, np.int64))
+        assert 1.5 < time.monotonic() - started < 30
+        assert caught.value.env_ids == (1,)
+        assert caught.value.partial_result[0][0].tolist() == [2, 1]  # sub-env 0 stepped
+        assert envs.statistics().timeouts == 1
+        assert envs.unusable_envs == (1,)
+        envs.reset(seed=0)  # remakes sub-env 1 (its worker was killed)
+        obs, *_ = envs.step(np.ones(2, np.int64))
+        assert obs.tolist() == [[3, 2], [1, 1]]
+
+
+@pytest.mark.worker_processes
+def test_a_worker_dying_in_a_process_shim_step_is_named_with_its_exit_status() -> None:
+    with aiovec.VectorEnv([CountingEnv, CrashingEnv], **TWO_WORKERS) as envs:
+        envs.reset(seed=0)
+        envs.step(np.ones(2, np.int64))
+        envs.step(np.ones(2, np.int64))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            envs.step(np.ones(2, np.int64))
+        assert caught.value.env_ids == (1,)
+        died = caught.value.exceptions[0].__cause__
+        assert isinstance(died, aiovec.WorkerDiedError) and "exit code 7" in str(died)
+        assert caught.value.partial_result[0][0].tolist() == [3, 1]
+        assert "in flight" not in repr(envs.async_env)
+
+
+@pytest.mark.worker_processes
+def test_a_worker_dying_in_a_process_shim_step_is_restarted_under_a_policy() -> None:
+    with aiovec.VectorEnv([CountingEnv, CrashingEnv], restart=FAST, **TWO_WORKERS) as envs:
+        envs.reset(seed=0)
+        for _ in range(2):
+            envs.step(np.ones(2, np.int64))
+        _, _, _, _, infos = envs.step(np.ones(2, np.int64))
+        assert infos["_restart"].tolist() == [False, True]
+        assert "exit code 7" in infos["restart"][1]
+        assert envs.statistics().restarts == 1
+        for _ in range(2):  # the new sub-env's first observation, then its first step
+            obs, *_ = envs.step(np.ones(2, np.int64))
+        assert obs.tolist() == [[5, 1], [1, 1]]
+
+
+@pytest.mark.worker_processes
+def test_ctrl_c_during_a_process_shim_step_leaves_the_workers_in_step(
+    tmp_path: Path, ctrl_c: None,
+) -> None:
+    # Ctrl-C while the shim waits on the workers' sockets: the wait is given up, nothing
+    # read is lost, and the same workers serve the next reset and steps.
+    fifo = tmp_path / "in-step"
+    os.mkfifo(fifo)
+    with aiovec.VectorEnv([PidEnv, lambda: FifoStepEnv(str(fifo), block_at=2)],
+                          timeout=3.0, restart=FAST, **TWO_WORKERS) as envs:
+        envs.reset(seed=0)
+        pids = envs.get_attr("pid")
+        envs.step(np.ones(2, np.int64))
+
+        def interrupt_once_stepping() -> None:
+            if wait_for_fifo(str(fifo), 30):  # sub-env 1 hangs in its step
+                os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_stepping)
+        interrupter.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.ones(2, np.int64))
+        interrupter.join()
+        assert time.monotonic() - started < 30  # not the hang's 120 s, nor the deadline
+        assert "in flight" not in repr(envs.async_env)
+        assert envs.unusable_envs == (0, 1)
+        envs.reset(seed=0)  # sub-env 1 still hangs: past the deadline, it is restarted
+        assert envs.get_attr("pid")[0] == pids[0]  # worker 0 kept its stream in step
+        obs, *_ = envs.step(np.ones(2, np.int64))
+        assert obs[0].tolist() == [3, 2]

@@ -86,6 +86,8 @@ class ProcessBackend(Backend):
     in_process: ClassVar[bool] = False
     # submit writes a step's actions into shared memory, or pickles them into the frames.
     keeps_actions: ClassVar[bool] = False
+    # The sync shim reads the workers' sockets itself, with its event loop standing still.
+    waits_in_caller: ClassVar[bool] = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import pickle
 import signal
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -21,8 +23,9 @@ from aiovec._backends._children import Child
 from aiovec._backends._process._info_records import RecordSchema
 from aiovec._backends._process._protocol import HEADER, Kind, ReplyReader
 from aiovec._backends._readable import readable
-from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._backend import Arrivals, Pending, Waited
 from aiovec._core._infos import PackedInfos
+from aiovec._core._interrupts import WAIT_SLICE, wait_point
 from aiovec._core._requests import Failure, Op
 from aiovec._exceptions import WorkerDiedError
 
@@ -390,16 +393,53 @@ class ProcessPending(Pending):
             for worker in self._dead:  # its exit status makes the failure's message
                 await self._backend.reap(worker)
         finally:
-            # Cancelled too: the infos of the workers that did answer are theirs to report.
-            if self._recorded is not None:
-                self.packed_infos += self._backend.records.read(self._recorded,
-                                                                self._backend.num_workers)
-                self._recorded = None
-            # Cancelled (a deadline) too: a worker known dead is its sub-envs' failure, with
-            # its exit status if known by then; they did not miss the deadline.
-            for worker in self._dead:
-                self._fail_hosted(worker)
-            self._dead.clear()
+            self._settle()
+
+    def wait_here(self, timeout: float | None) -> Waited:
+        """``wait`` in this thread, with the event loop standing still (the sync shim): the
+        sockets of the workers owing replies are read directly, ``timeout`` seconds at most.
+        Only the poll is interruptible (``wait_point``): a reply read is always delivered.
+        A worker found dead leaves the rest to ``wait`` (its exit status is awaited)."""
+        owing = self._owing
+        settle = True
+        try:
+            if not owing:
+                return self._on_loop_if_dead()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while owing:
+                slice_ = WAIT_SLICE
+                for worker in owing:
+                    if worker.unsent:  # a large request: sent as the worker reads it
+                        worker.flush_now()
+                        slice_ = _FLUSH_POLL
+                if deadline is not None:
+                    slice_ = min(slice_, deadline - time.monotonic())
+                    if slice_ <= 0:
+                        return Waited.LATE
+                by_descriptor = {worker.sock.fileno(): worker for worker in owing}
+                for descriptor in wait_point(functools.partial(readable, by_descriptor, slice_)):
+                    by_descriptor[descriptor].receive()
+            settle = not self._dead
+            return self._on_loop_if_dead()
+        finally:
+            if settle:
+                self._settle()
+
+    def _on_loop_if_dead(self) -> Waited:
+        return Waited.ON_LOOP if self._dead else Waited.DONE
+
+    def _settle(self) -> None:
+        """What a wait ends with, however it ends (answered, late, cancelled)."""
+        # The infos of the workers that did answer are theirs to report.
+        if self._recorded is not None:
+            self.packed_infos += self._backend.records.read(self._recorded,
+                                                            self._backend.num_workers)
+            self._recorded = None
+        # A worker known dead is its sub-envs' failure, with its exit status if known by then;
+        # they did not miss a deadline.
+        for worker in self._dead:
+            self._fail_hosted(worker)
+        self._dead.clear()
 
     async def _replies_or_deaths(self) -> None:
         """Return once every worker addressed has replied or died, where no readiness
