@@ -118,17 +118,17 @@ def copied_rows(spaces: Sequence[Space[Any]]) -> Tuple[Any]:
 
 def concatenate_into(space: Space[Any], values: Sequence[Any], out: Any) -> Any:
     """``gymnasium.vector.utils.concatenate(space, values, out)``, and the same batch, with
-    a fast path: rows of a ``Box`` that are arrays of exactly the batch's row shape and dtype
-    are copied in by one assignment (~1 µs for 8 rows, against ~5 µs through ``np.stack``).
-    Any other row (another dtype Gymnasium casts, a misfit it refuses) takes its way."""
-    if type(space) is Box and type(out) is np.ndarray and len(values) == len(out):
-        shape, dtype = out.shape[1:], out.dtype
-        for value in values:
-            if type(value) is not np.ndarray or value.shape != shape or (
-                    value.dtype is not dtype and value.dtype != dtype):
-                break
-        else:
-            out[...] = values
+    a fast path for a ``Box``: rows that NumPy stacks into exactly ``out``'s shape and dtype
+    are copied in at once (~1.5 µs for 8 rows, against ~5 µs through ``np.stack``). Any
+    other rows (of another dtype, which Gymnasium casts; a misfit, which it refuses) take
+    its way."""
+    if type(space) is Box and type(out) is np.ndarray:
+        try:
+            batch = np.asarray(values)
+        except (ValueError, TypeError):  # ragged rows: Gymnasium's error names the misfit
+            batch = None
+        if batch is not None and batch.shape == out.shape and batch.dtype == out.dtype:
+            out[...] = batch
             return out
     return gym_utils.concatenate(space, values, out)
 
