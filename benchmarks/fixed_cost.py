@@ -7,7 +7,7 @@ this is where a drop-in can be slower than the plain loop it replaces. The async
 hosts coroutine envs only; it runs CartPole wrapped in a coroutine env that does nothing
 else (``AsyncCartPole``). Each repeat measures every contender once, in the same order;
 the report gives the median µs per vector step with its range, the time against
-``SyncVectorEnv`` (median of the per-repeat ratios) and their spread, and issue 48's targets:
+``SyncVectorEnv`` (median of the per-repeat ratios) and their spread, and the targets:
 the shim with ``backend="auto"`` at least as fast as ``SyncVectorEnv``, ``await`` on the
 inline backend within 1.1x its time.
 

@@ -1,6 +1,6 @@
 """The package's shape, checked: one-way layers, autoreset written once
 (``docs/architecture.md`` describes the layers). Modules are split by job, not by a line
-count: the 600-line cap is gone (issue 48)."""
+count (there is no cap on a module's length)."""
 
 from __future__ import annotations
 
