@@ -116,13 +116,19 @@ def copied_rows(spaces: Sequence[Space[Any]]) -> Tuple[Any]:
                  seed=copy.deepcopy(spaces[0].np_random))
 
 
+#: Bytes of a batch up to which ``concatenate_into`` stacks it first: past that, the second
+#: copy costs more than ``np.stack``'s fixed ~3 µs.
+_SMALL_BATCH = 1 << 14
+
+
 def concatenate_into(space: Space[Any], values: Sequence[Any], out: Any) -> Any:
     """``gymnasium.vector.utils.concatenate(space, values, out)``, and the same batch, with
-    a fast path for a ``Box``: rows that NumPy stacks into exactly ``out``'s shape and dtype
-    are copied in at once (~1.5 µs for 8 rows, against ~5 µs through ``np.stack``). Any
-    other rows (of another dtype, which Gymnasium casts; a misfit, which it refuses) take
-    its way."""
-    if type(space) is Box and type(out) is np.ndarray:
+    a fast path for a small ``Box`` batch: rows that NumPy stacks into exactly ``out``'s
+    shape and dtype are copied in at once (~1.5 µs for 8 rows, against ~5 µs through
+    ``np.stack``). Any other rows (of another dtype, which Gymnasium casts; a misfit, which
+    it refuses) take its way, as do large batches (``np.stack`` into ``out`` copies once,
+    this path twice)."""
+    if type(space) is Box and type(out) is np.ndarray and out.nbytes <= _SMALL_BATCH:
         try:
             batch = np.asarray(values)
         except (ValueError, TypeError):  # ragged rows: Gymnasium's error names the misfit

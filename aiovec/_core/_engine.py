@@ -73,15 +73,21 @@ class PausedStep:
     sub-env to restart, or a dead worker's exit status to wait for. It holds the claim until
     ``resume()`` is run on the loop (or ``Engine._drop_paused``)."""
 
-    __slots__ = ("broken", "in_flight", "resume")
+    __slots__ = ("_finish", "broken", "in_flight", "resumed")
 
     def __init__(self, in_flight: InFlight, broken: dict[int, str],
-                 resume: Callable[[], Coroutine[Any, Any, StepResult]]) -> None:
+                 finish: Callable[[], Coroutine[Any, Any, StepResult]]) -> None:
         self.in_flight = in_flight
         #: The sub-envs found broken so far (they need a reset if ``resume`` never runs).
         self.broken = broken
-        #: Finishes the step on the event loop, and releases the claim.
-        self.resume = resume
+        self._finish = finish
+        #: True once ``resume`` began: the claim is then its own to release.
+        self.resumed = False
+
+    async def resume(self) -> StepResult:
+        """Finish the step on the event loop; the claim is released as it ends."""
+        self.resumed = True
+        return await self._finish()
 
 
 class State(enum.Enum):
@@ -317,7 +323,11 @@ class Engine:
             deadline = self.timeout if timeout is USE_DEFAULT else timeout
             in_flight.deadline = deadline
             assert in_flight.pending is not None
-            waited = in_flight.pending.wait_here(deadline)
+            try:
+                waited = in_flight.pending.wait_here(deadline)
+            except BaseException:  # interrupted, or the wait broke: as a cancelled wait
+                self._abandon(in_flight)
+                raise
             if waited is Waited.ON_LOOP:
                 paused = PausedStep(in_flight, {},
                                     functools.partial(self._finish_step, in_flight, timeout))
@@ -333,7 +343,7 @@ class Engine:
             return self._end_step(in_flight, broken, infos)
         except Exception:
             raise
-        except BaseException:
+        except BaseException:  # interrupted after the wait: the sub-envs moved unseen
             self._abandon(in_flight)
             raise
         finally:
@@ -354,17 +364,18 @@ class Engine:
         never reached the caller): its sub-envs may have moved unseen, and need a reset. A
         step paused for the loop (``PausedStep``) lets go of its claim."""
         claim = self._in_flight
-        if claim is not None and claim.operation == "step":
+        if claim is not None and claim.operation == "step":  # this thread's, held by the lock
             self._abandon(claim)
             self._release(claim)
         if self._state is State.RUNNING:
             self._health.need_reset(list(self._all_envs))
 
     def _drop_paused(self, paused: PausedStep) -> None:
-        """After ``_resume_step`` ran (nothing to do) or was never run (its caller interrupted
-        first: the step is abandoned, its broken sub-envs need a reset)."""
+        """After ``paused.resume`` ran (its own to release the claim, even if left unfinished
+        on a stopped loop) or never began (its caller interrupted first: the step is
+        abandoned, its broken sub-envs need a reset)."""
         in_flight = paused.in_flight
-        if self._in_flight is in_flight:
+        if not paused.resumed and self._in_flight is in_flight:
             self._abandon(in_flight)
             self._health.need_reset(list(paused.broken))
             self._release(in_flight)

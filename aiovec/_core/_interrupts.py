@@ -56,27 +56,48 @@ class _Guard:
 _active: _Guard | None = None
 
 
-def deferred(function: Callable[..., T], *args: object) -> T:
+def deferred(function: Callable[..., T], *args: object,
+             interrupted: Callable[[], object] | None = None) -> T:
     """``function(*args)``, a press of Ctrl-C meanwhile raised at a ``wait_point`` or once
-    it returns (it then wins over what it returned or raised)."""
+    it returns (it then wins over what it returned or raised); ``interrupted()`` is called
+    first whenever a ``KeyboardInterrupt`` ends the call."""
     global _active
     if (threading.current_thread() is not _MAIN_THREAD or _active is not None
             or _signal_handler(_SIGINT) is not _DEFAULT_HANDLER):
-        return function(*args)
+        return _reporting(interrupted, function, *args)
     guard = _active = _Guard()
     _set_signal_handler(_SIGINT, guard.on_sigint)
     try:
-        result = function(*args)
+        result = _reporting(interrupted, function, *args)
+    except KeyboardInterrupt:
+        raise
     except BaseException:
         if guard.pressed:
+            _report(interrupted)
             raise KeyboardInterrupt from None
         raise
     finally:
-        _set_signal_handler(_SIGINT, _DEFAULT_HANDLER)
+        if _signal_handler(_SIGINT) == guard.on_sigint:  # else set meanwhile: theirs now
+            _set_signal_handler(_SIGINT, _DEFAULT_HANDLER)
         _active = None
     if guard.pressed:
+        _report(interrupted)
         raise KeyboardInterrupt
     return result
+
+
+def _reporting(interrupted: Callable[[], object] | None, function: Callable[..., T],
+               *args: object) -> T:
+    try:
+        return function(*args)
+    except KeyboardInterrupt:
+        _report(interrupted)
+        raise
+
+
+def _report(interrupted: Callable[[], object] | None) -> None:
+    if interrupted is not None:
+        interrupted()
 
 
 def wait_point(wait: Callable[[], T]) -> T:

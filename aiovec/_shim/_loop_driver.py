@@ -247,14 +247,16 @@ class LoopDriver:
             with _outer_loop_set_aside():
                 return self._drive(async_fn, args, kwargs)
 
-    def call(self, function: Callable[..., T], *args: Any) -> T:
+    def call(self, function: Callable[..., T], *args: Any,
+             interrupted: Callable[[], object] | None = None) -> T:
         """``function(*args)`` in this thread with the loop standing still, one at a time with
         ``run`` (a call that needs no event loop: a step waited for here). Ctrl-C meanwhile
-        is raised only where nothing is half done (``_interrupts.deferred``)."""
+        is raised only where nothing is half done, ``interrupted()`` called first, still one
+        at a time (``_interrupts.deferred``)."""
         with self._driving:
             if self._closed:
                 raise RuntimeError("the vector env's event loop is closed")
-            return deferred(function, *args)
+            return deferred(function, *args, interrupted=interrupted)
 
     def _drive(self, async_fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...],
                kwargs: dict[str, Any], ctrl_c: _CtrlC | None = None) -> T:

@@ -135,11 +135,9 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
             return self._loop.run(env.step, actions, out=out)
         # Waited for in this thread (inline: run here), with no event loop unless something
         # must be awaited (a restart).
-        try:
-            outcome = self._loop.call(env._step_here, actions, out)
-        except KeyboardInterrupt:  # in the step or as it ended: its sub-envs moved unseen
-            env._interrupted_step()
-            raise
+        # Ctrl-C in the step or as it ended: its sub-envs moved unseen (_interrupted_step).
+        outcome = self._loop.call(env._step_here, actions, out,
+                                  interrupted=env._interrupted_step)
         if not isinstance(outcome, PausedStep):
             return outcome
         try:

@@ -271,3 +271,49 @@ def test_ctrl_c_during_a_process_shim_step_leaves_the_workers_in_step(
         assert envs.get_attr("pid")[0] == pids[0]  # worker 0 kept its stream in step
         obs, *_ = envs.step(np.ones(2, np.int64))
         assert obs[0].tolist() == [3, 2]
+
+
+class HandlerSettingEnv(CountingEnv):
+    """Sets a SIGINT handler of its own at its first step (a library imported lazily)."""
+
+    def step(self, action: int) -> Any:
+        if not self.steps:
+            signal.signal(signal.SIGINT, _own_handler)
+        return super().step(action)
+
+
+def _own_handler(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def test_a_sigint_handler_set_during_a_shim_step_is_left_in_place() -> None:
+    try:
+        with aiovec.VectorEnv([HandlerSettingEnv], backend="inline") as envs:
+            envs.reset(seed=0)
+            envs.step(np.ones(1, np.int64))
+            assert signal.getsignal(signal.SIGINT) is _own_handler
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.mark.worker_processes
+def test_replies_waiting_in_the_sockets_at_the_deadline_are_not_late() -> None:
+    # The shim's wait reads what arrived before it gives up: a deadline that passes while
+    # the replies sit unread in the sockets (a busy machine) loses no sub-env.
+    from aiovec._backends._readable import readable
+    from aiovec._core._backend import Waited
+
+    with aiovec.VectorEnv([CountingEnv] * 4, **TWO_WORKERS) as envs:
+        envs.reset(seed=0)
+        core = envs.async_env
+        in_flight = core._submit_step_now(np.ones(4, np.int64), None, True)
+        try:
+            sockets = {worker.sock.fileno() for worker in core._backend._workers}
+            deadline = time.monotonic() + 30
+            while readable(sockets, 0.1) != sockets and time.monotonic() < deadline:
+                pass
+            assert in_flight.pending.wait_here(1e-9) is Waited.DONE
+        finally:
+            core._release(in_flight)
+        obs, *_ = envs.step(np.ones(4, np.int64))
+        assert obs[:, 0].tolist() == [2] * 4

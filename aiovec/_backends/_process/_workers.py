@@ -403,8 +403,6 @@ class ProcessPending(Pending):
         owing = self._owing
         settle = True
         try:
-            if not owing:
-                return self._on_loop_if_dead()
             deadline = None if timeout is None else time.monotonic() + timeout
             while owing:
                 slice_ = WAIT_SLICE
@@ -414,19 +412,24 @@ class ProcessPending(Pending):
                         slice_ = _FLUSH_POLL
                 if deadline is not None:
                     slice_ = min(slice_, deadline - time.monotonic())
-                    if slice_ <= 0:
-                        return Waited.LATE
-                by_descriptor = {worker.sock.fileno(): worker for worker in owing}
-                for descriptor in wait_point(functools.partial(readable, by_descriptor, slice_)):
-                    by_descriptor[descriptor].receive()
-            settle = not self._dead
-            return self._on_loop_if_dead()
+                    if slice_ <= 0:  # replies that did arrive must not count as late
+                        self._receive_ready(0.0)
+                        if owing:
+                            return Waited.LATE
+                        break
+                self._receive_ready(slice_)
+            settle = not self._dead  # else ``wait`` awaits their exit status, then settles
+            return Waited.ON_LOOP if self._dead else Waited.DONE
         finally:
             if settle:
                 self._settle()
 
-    def _on_loop_if_dead(self) -> Waited:
-        return Waited.ON_LOOP if self._dead else Waited.DONE
+    def _receive_ready(self, timeout: float) -> None:
+        """Deliver what the owing workers sent, waiting ``timeout`` seconds at most for the
+        first; only the wait is interruptible (``wait_point``)."""
+        by_descriptor = {worker.sock.fileno(): worker for worker in self._owing}
+        for descriptor in wait_point(functools.partial(readable, by_descriptor, timeout)):
+            by_descriptor[descriptor].receive()
 
     def _settle(self) -> None:
         """What a wait ends with, however it ends (answered, late, cancelled)."""
