@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -207,6 +210,23 @@ class MisshapenEnv(CountingEnv):
     def step(self, action: int) -> Any:
         obs, *rest = super().step(action)
         return (obs[:1] if action == 1 else obs), *rest
+
+
+@contextlib.contextmanager
+def ctrl_c_once(ready: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, a thread presses Ctrl-C (SIGINT to this process) once ``ready()``,
+    which it calls and which waits (say, for a sub-env to say it is stepping), returns True;
+    the thread is joined on the way out."""
+    def press() -> None:
+        if ready():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press)
+    presser.start()
+    try:
+        yield
+    finally:
+        presser.join()
 
 
 def wait_for_fifo(path: str, timeout: float) -> bool:

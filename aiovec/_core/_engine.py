@@ -398,8 +398,9 @@ class Engine:
 
     async def _restart_step(self, in_flight: InFlight, restartable: dict[int, str],
                             broken: dict[int, str], infos: dict[str, Any]) -> dict[int, str]:
-        """Restart a step's broken sub-envs (their new episode's first observation in the
-        batch) → the sub-envs still broken."""
+        """Restart a step's broken sub-envs (their rows as the autoreset mode says: the new
+        episode's first observation, or the last one until the next step) → the sub-envs
+        still broken."""
         results = self._results
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         previous = {index: results.row(index) for index in restartable}

@@ -19,7 +19,14 @@ import sniffio
 import aiovec
 from aiovec._core._engine import PausedStep
 from aiovec.testing import CountingEnv
-from tests.envs import CrashingEnv, FifoStepEnv, PidEnv, RaisingEnv, wait_for_fifo
+from tests.envs import (
+    CrashingEnv,
+    FifoStepEnv,
+    PidEnv,
+    RaisingEnv,
+    ctrl_c_once,
+    wait_for_fifo,
+)
 
 ACTIONS = np.ones(3, np.int64)
 FAST = aiovec.RestartPolicy(backoff=0.01)
@@ -254,16 +261,10 @@ def test_ctrl_c_during_a_process_shim_step_leaves_the_workers_in_step(
         pids = envs.get_attr("pid")
         envs.step(np.ones(2, np.int64))
 
-        def interrupt_once_stepping() -> None:
-            if wait_for_fifo(str(fifo), 30):  # sub-env 1 hangs in its step
-                os.kill(os.getpid(), signal.SIGINT)
-
-        interrupter = threading.Thread(target=interrupt_once_stepping)
-        interrupter.start()
         started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
+        # (once sub-env 1 hangs in its step)
+        with ctrl_c_once(lambda: wait_for_fifo(str(fifo), 30)), pytest.raises(KeyboardInterrupt):
             envs.step(np.ones(2, np.int64))
-        interrupter.join()
         assert time.monotonic() - started < 30  # not the hang's 120 s, nor the deadline
         assert "in flight" not in repr(envs.async_env)
         assert envs.unusable_envs == (0, 1)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,14 @@ import aiovec
 from aiovec.testing import CountingEnv, EpisodeEnv
 from tests.backends.test_process import wait_for_exit
 from tests.backends_matrix import LOCAL_SYNC_BACKENDS
-from tests.envs import FifoStepEnv, GatedEnv, PidEnv, SleepingEnv, wait_for_fifo
+from tests.envs import (
+    FifoStepEnv,
+    GatedEnv,
+    PidEnv,
+    SleepingEnv,
+    ctrl_c_once,
+    wait_for_fifo,
+)
 
 backends = pytest.mark.parametrize("backend", LOCAL_SYNC_BACKENDS)
 
@@ -177,15 +182,9 @@ def test_ctrl_c_cancels_the_blocking_call(ctrl_c: None) -> None:
     try:
         shim.reset()
 
-        def interrupt_once_stepping() -> None:
-            assert gated.entered.wait(timeout=30)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        interrupter = threading.Thread(target=interrupt_once_stepping)
-        interrupter.start()
-        with pytest.raises(KeyboardInterrupt):
+        with (ctrl_c_once(lambda: gated.entered.wait(timeout=30)),
+              pytest.raises(KeyboardInterrupt)):
             shim.step(np.ones(2, np.int64))
-        interrupter.join()
         # The async step was cancelled, not left running: the shim takes a new call at once,
         # and the sub-envs that may have stepped unseen wait for a reset.
         assert "in flight" not in repr(shim.async_env)
@@ -251,15 +250,9 @@ def test_ctrl_c_with_process_workers_reaps_them_quietly(
         shim.reset()
         workers = sorted(set(shim.get_attr("pid")))
 
-        def interrupt_once_stepping() -> None:
-            if wait_for_fifo(str(fifo), 30):  # sub-env 1 is inside step
-                os.kill(os.getpid(), signal.SIGINT)
-
-        interrupter = threading.Thread(target=interrupt_once_stepping)
-        interrupter.start()
-        with pytest.raises(KeyboardInterrupt):
+        # (once sub-env 1 is inside step)
+        with ctrl_c_once(lambda: wait_for_fifo(str(fifo), 30)), pytest.raises(KeyboardInterrupt):
             shim.step(np.zeros(2, np.int64))
-        interrupter.join()
     finally:
         shim.close()  # the hung worker is terminated after close_timeout
     assert wait_for_exit(workers, 10) == []
