@@ -318,16 +318,12 @@ class Engine:
         the same rules. What needs awaiting (a restart, a dead worker's exit status) is left
         to a ``PausedStep``, which holds the claim meanwhile. Interrupted (Ctrl-C) anywhere,
         the step's sub-envs may have moved unseen: they need a reset."""
-        paused = None
+        paused = waited = None
         try:
             deadline = self.timeout if timeout is USE_DEFAULT else timeout
             in_flight.deadline = deadline
             assert in_flight.pending is not None
-            try:
-                waited = in_flight.pending.wait_here(deadline)
-            except BaseException:  # interrupted, or the wait broke: as a cancelled wait
-                self._abandon(in_flight)
-                raise
+            waited = in_flight.pending.wait_here(deadline)
             if waited is Waited.ON_LOOP:
                 paused = PausedStep(in_flight, {},
                                     functools.partial(self._finish_step, in_flight, timeout))
@@ -341,10 +337,12 @@ class Engine:
                     self._resume_step, in_flight, restartable, broken, infos))
                 return paused
             return self._end_step(in_flight, broken, infos)
-        except Exception:
-            raise
-        except BaseException:  # interrupted after the wait: the sub-envs moved unseen
-            self._abandon(in_flight)
+        except BaseException as error:
+            # The wait broke or was interrupted, or an interrupt came after it: as a
+            # cancelled wait, the sub-envs may have moved unseen (not so a failure raised
+            # for broken sub-envs, whose health is settled).
+            if waited is None or not isinstance(error, Exception):
+                self._abandon(in_flight)
             raise
         finally:
             if paused is None:

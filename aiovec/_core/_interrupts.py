@@ -62,42 +62,28 @@ def deferred(function: Callable[..., T], *args: object,
     it returns (it then wins over what it returned or raised); ``interrupted()`` is called
     first whenever a ``KeyboardInterrupt`` ends the call."""
     global _active
-    if (threading.current_thread() is not _MAIN_THREAD or _active is not None
-            or _signal_handler(_SIGINT) is not _DEFAULT_HANDLER):
-        return _reporting(interrupted, function, *args)
-    guard = _active = _Guard()
-    _set_signal_handler(_SIGINT, guard.on_sigint)
+    guard = None
+    if (threading.current_thread() is _MAIN_THREAD and _active is None
+            and _signal_handler(_SIGINT) is _DEFAULT_HANDLER):
+        guard = _active = _Guard()
+        _set_signal_handler(_SIGINT, guard.on_sigint)
     try:
-        result = _reporting(interrupted, function, *args)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
-        if guard.pressed:
-            _report(interrupted)
-            raise KeyboardInterrupt from None
+        result = function(*args)
+        if guard is not None and guard.pressed:  # as it ran: an interrupt all the same
+            raise KeyboardInterrupt
+        return result
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt) or (guard is not None and guard.pressed):
+            if interrupted is not None:
+                interrupted()
+            if not isinstance(error, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
         raise
     finally:
-        if _signal_handler(_SIGINT) == guard.on_sigint:  # else set meanwhile: theirs now
-            _set_signal_handler(_SIGINT, _DEFAULT_HANDLER)
-        _active = None
-    if guard.pressed:
-        _report(interrupted)
-        raise KeyboardInterrupt
-    return result
-
-
-def _reporting(interrupted: Callable[[], object] | None, function: Callable[..., T],
-               *args: object) -> T:
-    try:
-        return function(*args)
-    except KeyboardInterrupt:
-        _report(interrupted)
-        raise
-
-
-def _report(interrupted: Callable[[], object] | None) -> None:
-    if interrupted is not None:
-        interrupted()
+        if guard is not None:
+            if _signal_handler(_SIGINT) == guard.on_sigint:  # else set meanwhile: theirs
+                _set_signal_handler(_SIGINT, _DEFAULT_HANDLER)
+            _active = None
 
 
 def wait_point(wait: Callable[[], T]) -> T:
