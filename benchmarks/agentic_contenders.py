@@ -298,14 +298,16 @@ async def per_slot(num_slots: int, slot_loop: Callable[[int], Coroutine[Any, Any
         await cancel(tasks)
 
 
-async def aiovec_env_centric(run: Run, backend: str) -> None:
+async def aiovec_env_centric(run: Run, backend: str, coroutines: bool | None = None) -> None:
     """The episodes as sub-envs (same-step autoreset: a finished episode's row already holds
     the next one's first chat): ``recv`` the first B to finish, ask the policy for that batch
     in one call, ``send`` its actions; the policy call runs as a task so that the next
-    ``recv`` overlaps it."""
+    ``recv`` overlaps it. ``coroutines``: the sub-envs are ``AsyncChatEnv`` (default: on the
+    async backend only), else ``ChatEnv``."""
     workload, policy, recorder = run.workload, run.policy, run.recorder
     num_slots, big_b = workload.num_slots, workload.policy_batch
-    env_class = AsyncChatEnv if backend == "async" else ChatEnv
+    env_class = AsyncChatEnv if (backend == "async" if coroutines is None else coroutines) \
+        else ChatEnv
     fns = [functools.partial(env_class, workload, slot) for slot in range(num_slots)]
     owed = 0  # sub-envs sent an action and not received yet
     acting = Background()  # policy calls, each then sending its actions
@@ -383,6 +385,8 @@ CONTENDERS = {c.name: c for c in (
     Contender(HAND_WRITTEN, hand_written_loop),
     Contender("aiovec async", functools.partial(aiovec_env_centric, backend="async")),
     Contender("aiovec process", functools.partial(aiovec_env_centric, backend="process")),
+    Contender("aiovec process, coroutine envs",
+              functools.partial(aiovec_env_centric, backend="process", coroutines=True)),
 )}
 
 

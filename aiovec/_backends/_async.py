@@ -293,10 +293,14 @@ class AsyncBackend(Backend):
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  max_concurrency: int | None = None, limits: SharedLimits | None = None,
-                 episode_timeout: float | None = None) -> None:
+                 episode_timeout: float | None = None, first_env: int = 0) -> None:
         super().__init__(env_fns, autoreset_mode, limits=limits,
                          episode_timeout=episode_timeout)
         self.max_concurrency = max_concurrency
+        #: What its sub-envs are called in replies and failures: ``first_env`` onwards (a
+        #: worker process hosting a share of a vector env's sub-envs), whereas requests and
+        #: ``discard`` address them from 0.
+        self.first_env = first_env
         self._running = 0
         #: Slots whose next request waits for a free permit, first come first served.
         self._waiting: collections.deque[_AsyncSlot] = collections.deque()
@@ -317,8 +321,8 @@ class AsyncBackend(Backend):
 
     def _new_slot(self, env_index: int) -> _AsyncSlot:
         assert self.latencies is not None
-        return _AsyncSlot(env_index, self.autoreset_mode, self.latencies.timer(env_index),
-                          self.cleanups, self.episode_timeout)
+        return _AsyncSlot(self.first_env + env_index, self.autoreset_mode,
+                          self.latencies.timer(env_index), self.cleanups, self.episode_timeout)
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Sequence[Any],
                arrivals: Arrivals | None = None) -> Pending:
@@ -328,7 +332,8 @@ class AsyncBackend(Backend):
         close = op is Op.CLOSE
         for position, (env_index, payload) in enumerate(zip(pending.env_indices, payloads)):
             if closing or env_index in lost:
-                pending.deliver(position, given_up_reply(env_index, op, _GIVEN_UP))
+                pending.deliver(position,
+                                given_up_reply(self.first_env + env_index, op, _GIVEN_UP))
                 continue
             slot = slots[env_index]
             if close:
@@ -471,7 +476,7 @@ class AsyncBackend(Backend):
             slot, self._slots[env_index] = self._slots[env_index], self._new_slot(env_index)
             for _op, _payload, pending, position in slot.jobs:
                 if pending is not None:
-                    pending.deliver(position, given_up_reply(env_index, _op, _GIVEN_UP))
+                    pending.deliver(position, given_up_reply(slot.env_index, _op, _GIVEN_UP))
             slot.jobs.clear()
             slot.discarded = True
             self._retired.add(slot)
@@ -500,11 +505,18 @@ class AsyncBackend(Backend):
         return []
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
-        self.refuse_if_closing()
-        self._lost.difference_update(env_indices)
-        pending = self.submit(Op.MAKE, env_indices, [self.env_fns[i] for i in env_indices])
+        pending = self.submit_remake(env_indices)
         await pending.wait()
         return Remade(list(env_indices), pending.failures())
+
+    def submit_remake(self, env_indices: Sequence[int],
+                      arrivals: Arrivals | None = None) -> Pending:
+        """``remake`` without waiting: the sub-envs count as hosted again at once, their
+        requests queue behind the make."""
+        self.refuse_if_closing()
+        self._lost.difference_update(env_indices)
+        return self.submit(Op.MAKE, env_indices, [self.env_fns[i] for i in env_indices],
+                           arrivals)
 
     def hosts_started(self) -> bool:
         return hasattr(self, "_slots")

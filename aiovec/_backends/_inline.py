@@ -85,7 +85,7 @@ class InlineBackend(Backend):
     name: ClassVar[str] = "inline"
     in_process: ClassVar[bool] = True
     serves_in_caller: ClassVar[bool] = True
-    waits_in_caller: ClassVar[bool] = True
+    waits_in_caller: bool = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  max_concurrency: int | None = None, limits: SharedLimits | None = None,

@@ -231,7 +231,7 @@ class Backend(abc.ABC):
     serves_in_caller: ClassVar[bool] = False
     #: True when a request's replies can be waited for in the calling thread with no event
     #: loop (``Pending.wait_here``): what the sync shim does between two blocking calls.
-    waits_in_caller: ClassVar[bool] = False
+    waits_in_caller: bool = False
     #: True when ``Op.STEP`` takes the checked batch of actions whole, not one per sub-env.
     takes_action_batches: bool = False
     #: False when ``submit`` is done with a step's actions by the time it returns (written to

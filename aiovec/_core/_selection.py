@@ -261,7 +261,12 @@ class BackendSelection:
 
     def make(self) -> Backend:
         """A backend instance of the chosen kind (nothing started)."""
-        return load_backend(self.name)(self._env_fns, self._autoreset_mode, **self.options)
+        options = self.options
+        if self.name == "process" and self.may_switch_to_async:
+            # Coroutine envs met there make "auto" switch to the async backend (as anywhere
+            # else) rather than run on worker processes, which only an explicit choice does.
+            options = {**options, "hosts_coroutines": False}
+        return load_backend(self.name)(self._env_fns, self._autoreset_mode, **options)
 
     async def settle(self, num_envs: int, timeout: float | None) -> bool:
         """Measure a sub-env if "auto" still has to; True if the backend changed."""

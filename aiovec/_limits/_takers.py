@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiovec._exceptions import LimitError
 from aiovec._limits._broker import Broker, Waiter
@@ -141,6 +141,15 @@ class _Connection:
         return line.decode()
 
 
+class _AsyncTicket:
+    """A take on an asyncio loop: the connection that holds it."""
+
+    __slots__ = ("writer",)
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+
 class SocketTaker:
     """Takes from the ``Service`` of the vector env that started this worker process (or Ray
     actor), over one connection per thread that takes, so threads a sub-env starts take
@@ -192,10 +201,41 @@ class SocketTaker:
                 connection.send(f"W {request}")
             raise
 
-    async def take_async(self, name: str) -> _Connection:
-        return self.take(name)  # a worker runs one sub-env call at a time: waiting is fine
+    async def take_async(self, name: str) -> object:
+        """``take`` without blocking an asyncio loop (a coroutine worker's, where other
+        sub-envs, the holders among them, run meanwhile): a connection of its own per take,
+        whose closing gives back what it held or withdraws what it waits for, cancelled or
+        not. Elsewhere the blocking ``take``: a plain worker runs one call at a time."""
+        import sniffio  # here: a plain worker never needs it
+
+        if sniffio.current_async_library() != "asyncio":
+            return self.take(name)
+        if name not in self._names:
+            raise undeclared(name, self._names)
+        if self._abandoned:
+            raise _given_up(name, "the vector env let go of this sub-env")
+        import asyncio
+
+        try:
+            if isinstance(self._address.path, str):
+                reader, writer = await asyncio.open_unix_connection(self._address.path)
+            else:
+                reader, writer = await asyncio.open_connection(*self._address.path)
+        except OSError as error:
+            raise _given_up(name, "the vector env closed") from error
+        try:
+            writer.write(f"T {self._address.token}\nA 0 {name}\n".encode())
+            if await reader.readline() != b"G 0\n":  # b"": the service dropped us
+                raise _given_up(name, "the vector env closed, or let go of this sub-env")
+        except BaseException:
+            writer.close()
+            raise
+        return _AsyncTicket(writer)
 
     def give_back(self, name: str, ticket: object) -> None:
+        if isinstance(ticket, _AsyncTicket):
+            ticket.writer.close()  # the service gives back what the connection held
+            return
         assert isinstance(ticket, _Connection)
         with contextlib.suppress(OSError):
             ticket.send(f"R {name}")

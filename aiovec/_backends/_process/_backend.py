@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -31,8 +33,15 @@ import cloudpickle
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._base import split_into_shares, workers_within
+from aiovec._backends._base import given_up_reply, split_into_shares, workers_within
 from aiovec._backends._children import START_METHODS, Child, start_child
+from aiovec._backends._process._coroutines import (
+    GIVEN_UP,
+    CoroutinePending,
+    deliver_replies,
+    give_up_on,
+    withdraw,
+)
 from aiovec._backends._process._forkserver import ForkServer
 from aiovec._backends._process._forkserver import available as fork_server_available
 from aiovec._backends._process._info_records import RecordReader
@@ -48,6 +57,7 @@ from aiovec._backends._process._shared_memory import (
 from aiovec._backends._process._workers import ProcessPending, WorkerHandle, read_replies
 from aiovec._backends._process_tree import GRACE
 from aiovec._backends._registrations import export_registrations
+from aiovec._core._async_env import makes_async_envs
 from aiovec._core._backend import Arrivals, Backend, Pending
 from aiovec._core._observations import copy_into, read_row
 from aiovec._core._requests import BatchBuffers, Failure, Op, Remade
@@ -65,6 +75,9 @@ _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
 # comes waits this long.
 _REAP_TIMEOUT = GRACE + 5.0
 _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIGTERM
+#: Seconds a coroutine worker's event loop may take to acknowledge a DISCARD before it is
+#: taken for stuck (a sub-env blocking it) and killed at the next restart.
+_ACK_GRACE = 5.0
 # Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
 #: ``parent_worker``'s default where it is not given: "1" for on (the test suite runs its
@@ -87,15 +100,18 @@ class ProcessBackend(Backend):
     # submit writes a step's actions into shared memory, or pickles them into the frames.
     keeps_actions: ClassVar[bool] = False
     # The sync shim reads the workers' sockets itself, with its event loop standing still.
-    waits_in_caller: ClassVar[bool] = True
+    waits_in_caller: bool = True
 
     def __init__(self, env_fns: Sequence[Any], autoreset_mode: AutoresetMode, *,
                  num_workers: int | None = None, start_method: str | None = None,
                  max_concurrency: int | None = None, parent_worker: bool | None = None,
                  limits: SharedLimits | None = None,
-                 episode_timeout: float | None = None) -> None:
+                 episode_timeout: float | None = None, hosts_coroutines: bool = True) -> None:
         super().__init__(env_fns, autoreset_mode, limits=limits,
                          episode_timeout=episode_timeout)
+        #: False: the workers refuse coroutine envs (``CoroutineEnvError``), as ``"auto"``
+        #: wants, to switch to the async backend.
+        self.hosts_coroutines = hosts_coroutines
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
         if not 1 <= self.num_workers <= self.num_envs:
@@ -128,10 +144,24 @@ class ProcessBackend(Backend):
         if parent_worker is None:
             parent_worker = (os.environ.get(PARENT_WORKER_VARIABLE, "") == "1"
                              and self.start_method != "fork")
+        if makes_async_envs(self.env_fns[0]):  # an event loop here already runs coroutines
+            parent_worker = False
         #: The worker that is a thread of this process (``_parent_worker``), if any: the last.
         self.parent_worker: int | None = self.num_workers - 1 if parent_worker else None
         #: Every parent worker thread started, until it ends (abandoned ones included).
         self._parent_threads: list[ParentThread] = []
+        #: True once the workers said they host coroutine envs (``_coroutine_worker``):
+        #: requests then take ``_coroutines``'s path, with no shared memory.
+        self.coroutines = False
+        #: Coroutine envs given up on and not remade yet (their workers live on).
+        self._lost: set[int] = set()
+        #: ``aclose``'s bound, which coroutine workers give their sub-envs to close.
+        self._close_timeout = math.inf
+
+    @property
+    def workers(self) -> Sequence[WorkerHandle]:
+        """The handles on the workers, by index."""
+        return self._workers
 
     # ------------------------------------------------------------------ start-up
 
@@ -143,7 +173,8 @@ class ProcessBackend(Backend):
         limits = None if self.limits is None else self.limits.for_workers()
         self._inits = [dumps((hosted.start, self.autoreset_mode.value,
                               cloudpickle.dumps([self.env_fns[i] for i in hosted]),
-                              registrations, limits, self.episode_timeout))
+                              registrations, limits, self.episode_timeout,
+                              self.hosts_coroutines))
                        for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)
@@ -185,6 +216,8 @@ class ProcessBackend(Backend):
         else:
             child = self._start_process(child_end, parent_end)
         worker = WorkerHandle(index, hosted, child, parent_end, loop=self.loop)
+        if self.coroutines:
+            worker.replies = self._deliver_replies
         if send_init:
             try:
                 self._send_init(worker)
@@ -255,6 +288,16 @@ class ProcessBackend(Backend):
             self.loop.add_reader(worker.sock.fileno(), worker.receive)
 
     async def attach(self, spaces: VectorSpaces) -> BatchBuffers | None:
+        hosting = {worker.coroutines for worker in self._workers}
+        if True in hosting:  # coroutine envs: no shared memory, replies sub-env by sub-env
+            if False in hosting:
+                raise TypeError("some factories make coroutine envs (aiovec.AsyncEnv) and "
+                                "others plain gymnasium envs: one vector env runs one kind")
+            self.coroutines = True
+            self.waits_in_caller = False  # their replies come through the event loop
+            for worker in self._workers:
+                worker.replies = self._deliver_replies
+            return None
         # Worker processes done early wait for each other, not for a parent worker: the
         # parent is awake anyway while its own thread steps (waiting for it only spins).
         layout = BlockLayout.plan(spaces.single_observation_space,
@@ -303,21 +346,77 @@ class ProcessBackend(Backend):
     # ------------------------------------------------------------------ restarts
 
     def lost_envs(self) -> list[int]:
-        return [index for worker in self._workers if not worker.alive
+        lost = [index for worker in self._workers if not worker.alive
                 for index in worker.env_indices]
+        return sorted(self._lost.union(lost)) if self._lost else lost
 
     def discard(self, env_indices: Sequence[int]) -> None:
-        for worker_index in sorted({self._worker_of[index] for index in env_indices}):
-            worker = self._workers[worker_index]
+        workers = [self._workers[index]
+                   for index in sorted({self._worker_of[env] for env in env_indices})]
+        if self.coroutines:  # their workers cancel them, and live on
+            for worker in workers:
+                self._discard_coroutines(worker, [env for env in env_indices
+                                                  if env in worker.env_indices])
+            return
+        for worker in workers:
             worker.process.signal(signal.SIGKILL)
             worker.disconnect()
+
+    def _discard_coroutines(self, worker: WorkerHandle, env_indices: list[int]) -> None:
+        """Fail what these sub-envs owe now and have their worker cancel them (DISCARD,
+        acknowledged as soon as its event loop reads it: ``remake`` kills a worker whose
+        loop does not)."""
+        fresh = [env for env in env_indices if env not in self._lost]
+        self._lost.update(fresh)
+        for env_index in fresh:
+            give_up_on(worker, env_index)
+        if fresh and worker.alive:
+            sequence = next(self._sequence) & 0xFFFFFFFF
+            worker.send(encode(Kind.DISCARD, sequence, dumps(fresh)))
+            worker.unacked[sequence] = time.monotonic()
+
+    def abort_steps(self, steps: Sequence[tuple[Pending, int]]) -> list[tuple[Pending, int]]:
+        if not self.coroutines:  # a worker process steps to the end what it began
+            return list(steps)
+        withdrawn: dict[int, list[tuple[int, int]]] = {}
+        for pending, position in steps:
+            assert isinstance(pending, CoroutinePending)
+            env_index = pending.env_indices[position]
+            worker = self._workers[self._worker_of[env_index]]
+            if withdraw(worker, pending, env_index):
+                withdrawn.setdefault(worker.index, []).append((pending.sequence, env_index))
+        for index, pairs in withdrawn.items():  # their coroutines are cancelled there
+            self._workers[index].send(encode(Kind.ABORT, 0, dumps(pairs)))
+        return []
+
+    async def _answering(self, worker: WorkerHandle) -> bool:
+        """A coroutine worker acknowledges what it was told to give up (its event loop
+        answers) → True; else, once the acknowledgement is ``_ACK_GRACE`` seconds late, it
+        is killed (its sub-envs are then remade with a new worker) → False."""
+        if worker.unacked and worker.alive:
+            late = min(worker.unacked.values()) + _ACK_GRACE - time.monotonic()
+            with anyio.move_on_after(max(0.0, late)):
+                while worker.unacked and worker.alive:
+                    if self.loop is None:  # trio: this task reads the socket
+                        await worker.read_when_ready()
+                    else:
+                        worker.acked = worker.acked or anyio.Event()
+                        await worker.acked.wait()
+            if worker.unacked and worker.alive:
+                worker.process.signal(signal.SIGKILL)
+                worker.disconnect()
+        return worker.alive
 
     async def remake(self, env_indices: Sequence[int]) -> Remade:
         wanted = set(env_indices)
         involved = [self._workers[index]
                     for index in sorted({self._worker_of[env] for env in wanted})]
+        if self.coroutines:
+            for worker in involved:
+                await self._answering(worker)
         dead = [worker for worker in involved if not worker.alive]
         remade = sorted(wanted.union(*(worker.env_indices for worker in dead)))
+        self._lost.difference_update(remade)
         live_indices = sorted(index for index in wanted
                               if self._workers[self._worker_of[index]].alive)
         failures: list[Failure] = []
@@ -364,7 +463,10 @@ class ProcessBackend(Backend):
             self._expect_hello(worker, hello)
             await hello.wait()
             failures += hello.failures()
-            if worker.alive:
+            if worker.alive and worker.coroutines != self.coroutines:
+                raise TypeError("a restarted worker's sub-envs are not of the kind the "
+                                "others are (coroutine envs, or plain gymnasium envs)")
+            if worker.alive and not self.coroutines:
                 attached = self._attach([worker])
                 await attached.wait()
                 failures += attached.failures()
@@ -391,6 +493,8 @@ class ProcessBackend(Backend):
 
     def submit(self, op: Op, env_indices: Sequence[int], payloads: Any,
                arrivals: Arrivals | None = None) -> Pending:
+        if self.coroutines:
+            return self._submit_coroutines(op, env_indices, payloads, arrivals)
         if op is Op.STEP and arrivals is None and env_indices == self._every_range:
             pending = self._step_through_memory(payloads)
             if pending is not None:
@@ -484,6 +588,43 @@ class ProcessBackend(Backend):
             write_rows(self._action_views, actions, requested, positions)
             return dumps((requested, None))
         return dumps((requested, [read_row(actions, position) for position in positions]))
+
+    def _submit_coroutines(self, op: Op, env_indices: Sequence[int], payloads: Any,
+                           arrivals: Arrivals | None) -> Pending:
+        """A request to coroutine workers: each worker gets its sub-envs' payloads, and
+        answers sub-env by sub-env (``_coroutines``)."""
+        sequence = next(self._sequence) & 0xFFFFFFFF or next(self._sequence)
+        pending = CoroutinePending(self, op, env_indices, sequence, arrivals)
+        no_payload = op is Op.MAKE or op is Op.CLOSE
+        if op is Op.CLOSE:  # what the worker gives its sub-envs to close: the caller's bound
+            payloads = [self._close_timeout] * len(pending.env_indices)
+            no_payload = False
+        shares: dict[int, tuple[list[tuple[int, Any]], dict[int, int]]] = {}
+        for position, env_index in enumerate(pending.env_indices):
+            if env_index in self._lost and op is not Op.MAKE:
+                pending.deliver(position, given_up_reply(env_index, op, GIVEN_UP))
+                continue
+            requests, positions = shares.setdefault(self._worker_of[env_index], ([], {}))
+            requests.append((env_index, None if no_payload else payloads[position]))
+            positions[env_index] = position
+        # Every frame is built before any is sent: a payload that fails to pickle must not
+        # leave some workers running the request and others not.
+        frames = [(self._workers[index], encode(_KIND_OF_OP[op], sequence, dumps(requests)),
+                   positions) for index, (requests, positions) in shares.items()]
+        for worker, frame, positions in frames:
+            if not worker.alive:
+                pending.worker_died(worker, list(positions.values()))
+                continue
+            worker.send(frame)
+            worker.owed[sequence] = (pending, positions)
+        return pending
+
+    def _deliver_replies(self, worker: WorkerHandle, payload: bytes) -> None:
+        deliver_replies(self, worker, payload)
+
+    async def aclose(self, timeout: float) -> Pending | None:
+        self._close_timeout = timeout
+        return await super().aclose(timeout)
 
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
         if self.loop is not None:  # readiness callbacks deliver the replies

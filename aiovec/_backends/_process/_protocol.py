@@ -21,7 +21,8 @@ HEADER = struct.Struct("<BII")
 
 
 class Kind(enum.IntEnum):
-    """Frame kinds. Requests go parent → worker; every request gets exactly one REPLY."""
+    """Frame kinds. Requests go parent → worker; every request gets exactly one REPLY (a
+    coroutine worker answers sub-env by sub-env instead: see ``_coroutine_worker``)."""
 
     INIT = 0  # parent → worker, once: the first env index, autoreset mode, the env factories
     HELLO = 1  # worker → parent, once: the sub-envs are made (descriptions or failures)
@@ -35,6 +36,9 @@ class Kind(enum.IntEnum):
     MAKE = 9  # make some hosted sub-envs afresh (a restart); payload: their env indices
     STEP_SOME = 10  # step some hosted sub-envs (first-ready); payload: their indices, actions
     RECORDED = 11  # worker → parent: the REPLY to a full step whose infos are in the records
+    # Coroutine workers only (``_coroutine_worker``):
+    DISCARD = 12  # give up on some hosted sub-envs (cancel what they run); acknowledged
+    ABORT = 13  # withdraw some first-ready steps; payload: (step's sequence, env index) pairs
 
 
 def encode(kind: Kind, sequence: int, payload: bytes = b"") -> bytes:

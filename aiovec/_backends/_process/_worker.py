@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
+from aiovec._backends._process._coroutine_worker import first_made, serve_coroutines
 from aiovec._backends._process._info_records import InfoRecorder
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._process._shared_memory import (
@@ -167,8 +168,11 @@ class HostedEnvs:
         #: Writes full steps' infos into the block's records (``_info_records``).
         self.recorder: InfoRecorder | None = None
 
-    def make(self) -> list[Any]:
-        replies = [self._make(offset) for offset in range(len(self.slots))]
+    def make(self, first_fn: Callable[[], Any]) -> list[Any]:
+        """Make every hosted sub-env, the first with ``first_fn``, which hands over the one
+        ``_coroutine_worker.first_made`` made (the processes it started are noted there)."""
+        replies = [self.slots[0].run(Op.MAKE, first_fn)]
+        replies += [self._make(offset) for offset in range(1, len(self.slots))]
         return [portable(reply) if type(reply) is Failure else reply for reply in replies]
 
     def _make(self, offset: int) -> Any:
@@ -446,8 +450,8 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     kind, _, payload = recv_frame(sock)
     if kind is not Kind.INIT:
         raise RuntimeError(f"expected INIT, got {kind.name}")
-    (first_env, autoreset_mode, env_fns_blob, registrations, limits,
-     episode_timeout) = pickle.loads(payload)
+    (first_env, autoreset_mode, env_fns_blob, registrations, limits, episode_timeout,
+     hosts_coroutines) = pickle.loads(payload)
     if not in_parent:
         install_registrations(registrations)  # before the factories: they may gym.make them
     taker = None if limits is None else SocketTaker(*limits)
@@ -459,11 +463,21 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     else:
         bind_process(taker)
     env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
-    worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode),
-                         started=NoProcessTracking() if in_parent else StartedProcesses(),
+    started = NoProcessTracking() if in_parent else StartedProcesses()
+    with started.making(0):  # what kind of sub-envs: coroutine envs get a worker of their own
+        coroutines, first_fn = first_made(env_fns)
+    if coroutines and hosts_coroutines:
+        try:
+            serve_coroutines(sock, first_env, env_fns, first_fn, AutoresetMode(autoreset_mode),
+                             episode_timeout, started)
+        finally:
+            if in_parent and taker is not None:
+                taker.close()
+        return
+    worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode), started=started,
                          guard=guard, episode_timeout=episode_timeout)
     try:
-        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(), (0, 0, 0)))))
+        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(first_fn), (0, 0, 0), False))))
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout, wait_for_peers=not in_parent)
         sock.sendall(encode(Kind.REPLY, sequence))

@@ -12,7 +12,7 @@ import pickle
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,7 @@ from aiovec._exceptions import WorkerDiedError
 
 if TYPE_CHECKING:
     from aiovec._backends._process._backend import ProcessBackend
+    from aiovec._backends._process._coroutines import CoroutinePending
     from aiovec._backends._process._parent_worker import ParentThread
 
 __all__ = ["ProcessPending", "WorkerHandle", "read_replies"]
@@ -59,12 +60,34 @@ class WorkerHandle:
     #: Reused for every recv: allocating a fresh buffer per recv is measurably slow.
     inbox: bytearray = field(default_factory=lambda: bytearray(_INBOX_SIZE))
     alive: bool = True
+    #: True once its HELLO said it hosts coroutine envs (``_coroutine_worker``).
+    coroutines: bool = False
     #: Set while a task waits for this socket to be readable (the non-asyncio path).
     reading: anyio.Event | None = None
     #: The asyncio loop whose readiness callbacks serve the socket (``None`` on trio).
     loop: asyncio.AbstractEventLoop | None = None
     #: The step infos' schema the worker announced last (``RecordReader.learn``).
     info_schema: RecordSchema | None = None
+    #: A coroutine worker's (``_coroutines``): what it owes, by request sequence: the
+    #: request and the positions of the sub-envs still to answer, by env index.
+    owed: dict[int, tuple[CoroutinePending, dict[int, int]]] = field(default_factory=dict)
+    #: A coroutine worker's REPLY frames go here (set once its HELLO said what it hosts).
+    replies: Callable[[WorkerHandle, bytes], None] | None = None
+    #: DISCARD requests not acknowledged yet, with when each was sent (``time.monotonic``).
+    unacked: dict[int, float] = field(default_factory=dict)
+    #: Set once ``unacked`` empties, for whoever waits for that.
+    acked: anyio.Event | None = None
+
+    def owes(self) -> bool:
+        """True while some request sent to the worker is not fully answered."""
+        return bool(self.outstanding or self.owed)
+
+    def acknowledged(self, sequence: int) -> None:
+        """A coroutine worker acknowledged DISCARD ``sequence``: its event loop answers."""
+        self.unacked.pop(sequence, None)
+        if not self.unacked and self.acked is not None:
+            self.acked.set()
+            self.acked = None
 
     def send(self, frame: bytes) -> None:
         if self.unsent:
@@ -131,6 +154,9 @@ class WorkerHandle:
                         self._break_off(pending)
                     return
         for kind, sequence, payload in self.reader.feed(memoryview(self.inbox)[:size]):
+            if self.replies is not None and kind is Kind.REPLY and not sequence:
+                self.replies(self, payload)  # a coroutine worker's, sub-env by sub-env
+                continue
             if not self.outstanding:
                 continue  # nothing asked for this: ignore it
             expected, pending = self.outstanding.popleft()
@@ -166,11 +192,18 @@ class WorkerHandle:
                 pending.deliver(self, b"")  # a closing worker may go without a word
             else:
                 pending.worker_died(self)
+        owed, self.owed = self.owed, {}
+        for request, positions in owed.values():
+            request.worker_died(self, list(positions.values()))
+        self.unacked.clear()
+        if self.acked is not None:
+            self.acked.set()
+            self.acked = None
 
     def receive_waiting(self) -> None:
         """Deliver the replies already waiting in the socket, without waiting for more (unless
         a task is reading it)."""
-        while (self.alive and self.outstanding and self.reading is None
+        while (self.alive and self.owes() and self.reading is None
                and readable([self.sock.fileno()])):
             self.receive()
 
@@ -204,7 +237,7 @@ async def read_replies(workers: Sequence[WorkerHandle], arrivals: Arrivals, coun
     woken: the waiting task's own reading where no readiness callback does it (trio)."""
     goal, wakes = arrivals.goal(count), arrivals.wakes
     while arrivals.total < goal and arrivals.wakes == wakes:
-        busy = [worker for worker in workers if worker.alive and worker.outstanding]
+        busy = [worker for worker in workers if worker.alive and worker.owes()]
         if not busy:
             await anyio.lowlevel.checkpoint()
             return
@@ -220,7 +253,7 @@ async def read_replies(workers: Sequence[WorkerHandle], arrivals: Arrivals, coun
 async def _read_until(worker: WorkerHandle, arrivals: Arrivals, goal: int,
                       scope: anyio.CancelScope) -> None:
     await worker.flush()
-    while worker.alive and worker.outstanding:
+    while worker.alive and worker.owes():
         await worker.read_when_ready()
         if arrivals.total >= goal:
             scope.cancel()
@@ -351,8 +384,10 @@ class ProcessPending(Pending):
                 replies[self._position[env_index]] = entry
             return
         if self.op is Op.MAKE or self.op is Op.CLOSE:  # see _worker._ending_reply
-            values, (reaped, run, failed) = (pickle.loads(payload) if payload
-                                             else ([], (0, 0, 0)))
+            values, (reaped, run, failed), *hello = (pickle.loads(payload) if payload
+                                                     else ([], (0, 0, 0)))
+            if hello:  # a HELLO also says whether the worker hosts coroutine envs
+                worker.coroutines = hello[0]
             self._backend.descendants_reaped += reaped
             self._backend.cleanups.add(run, failed)
         else:

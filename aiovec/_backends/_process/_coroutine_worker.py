@@ -1,0 +1,277 @@
+"""A worker process whose sub-envs are coroutine envs (``aiovec.AsyncEnv``).
+
+They run on an event loop of the worker's own, hosted by the async backend itself
+(``AsyncBackend``), so one worker steps many of them at once and every guarantee they have
+in the trainer's process holds here too: a sub-env given up on (``DISCARD``) or a first-ready
+step aborted (``ABORT``) has its coroutine cancelled, and only that sub-env is lost; episode
+timeouts, async cleanups and autoreset are the async backend's own.
+
+The wire is the process backend's frames, without shared memory: each request is a list of
+``(env index, payload)``; replies go back as each sub-env's lands, those that land together in
+one ``REPLY`` frame (sequence 0) holding ``(request's sequence, env index, reply)`` entries and
+the cleanups run since the last frame. A request is never waited for as a whole, so a slow
+sub-env holds back no other (first-ready keeps its meaning).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import pickle
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gymnasium.vector import AutoresetMode
+
+from aiovec._backends._async import AsyncBackend
+from aiovec._backends._portable import picklable, portable
+from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
+from aiovec._backends._process_tree import NoProcessTracking, StartedProcesses
+from aiovec._core._async_env import is_async_env, makes_async_envs
+from aiovec._core._backend import Arrivals, Pending
+from aiovec._core._requests import NO_REPLY, Failure, Op
+
+__all__ = ["first_made", "serve_coroutines"]
+
+#: Seconds the sub-envs get to close once the parent is gone (it asks with its own bound).
+_CLOSE_TIMEOUT = 10.0
+
+_OP_OF_KIND = {Kind.RESET: Op.RESET, Kind.STEP: Op.STEP, Kind.CALL: Op.CALL,
+               Kind.SET_ATTR: Op.SET_ATTR, Kind.MAKE: Op.MAKE}
+
+
+def first_made(env_fns: list[Callable[[], Any]]) -> tuple[bool, Callable[[], Any]]:
+    """What this worker hosts → (coroutine envs?, the factory to make the first sub-env with).
+
+    An ``AsyncEnv`` class (or a partial of one) says so itself, and is made on the worker's
+    event loop like every other. Any other factory is called now, outside any loop: an
+    awaitable (an async factory) or a coroutine env means coroutine envs, handed over to be
+    made with. A factory that raises tells nothing: the share is taken for plain envs, and
+    the same error is raised again when it is made."""
+    if makes_async_envs(env_fns[0]):
+        return True, env_fns[0]
+    try:
+        made = env_fns[0]()
+    except Exception as error:
+        failure = error  # (``error`` itself is unbound once the block ends)
+
+        def raising() -> Any:
+            raise failure
+
+        return False, raising
+    coroutines = inspect.isawaitable(made) or is_async_env(made)
+    return coroutines, lambda: made
+
+
+class _Requests(Arrivals):
+    """What this worker owes the parent, by request: each sub-env's reply is queued for the
+    parent the moment it lands (``land``), and the replies that land together go in one
+    frame once the event loop gets round to it."""
+
+    def __init__(self, host: _CoroutineHost) -> None:
+        super().__init__()
+        self._host = host
+        #: Per request in progress: its sequence, its op and the positions still owed.
+        self.sequence_of: dict[Pending, tuple[int, Op, set[int]]] = {}
+        self.by_sequence: dict[int, Pending] = {}
+
+    def track(self, sequence: int, op: Op, pending: Pending) -> None:
+        owed = {position for position, reply in enumerate(pending.replies)
+                if reply is NO_REPLY}
+        if owed:
+            self.sequence_of[pending] = (sequence, op, owed)
+            self.by_sequence[sequence] = pending
+        for position in sorted(set(range(len(pending.replies))) - owed):  # answered at once
+            self._queue(sequence, op, pending, position)
+
+    def land(self, pending: Pending, position: int) -> None:
+        entry = self.sequence_of.get(pending)
+        if entry is None:
+            return  # answered before ``track`` saw it (queued there), or not the parent's
+        sequence, op, owed = entry
+        if position not in owed:
+            return  # dropped: given up on or aborted
+        self._forget(pending, sequence, owed, position)
+        self._queue(sequence, op, pending, position)
+
+    def drop(self, sequence: int, local_index: int) -> None:
+        """The parent will not read this sub-env's reply to ``sequence``: never send it."""
+        pending = self.by_sequence.get(sequence)
+        if pending is None:
+            return
+        sequence, _, owed = self.sequence_of[pending]
+        for position, env_index in enumerate(pending.env_indices):
+            if env_index == local_index and position in owed:
+                self._forget(pending, sequence, owed, position)
+
+    def drop_env(self, local_index: int) -> None:
+        """Sub-env ``local_index`` was given up on: none of its replies is read any more."""
+        for sequence in list(self.by_sequence):
+            self.drop(sequence, local_index)
+
+    def _forget(self, pending: Pending, sequence: int, owed: set[int], position: int) -> None:
+        owed.discard(position)
+        if not owed:
+            del self.sequence_of[pending]
+            del self.by_sequence[sequence]
+
+    def _queue(self, sequence: int, op: Op, pending: Pending, position: int) -> None:
+        reply = pending.replies[position]
+        env_index = self._host.first_env + pending.env_indices[position]
+        if type(reply) is Failure:
+            reply = portable(reply)
+        self._host.send_soon((sequence, env_index, reply), op)
+
+
+class _CoroutineHost:
+    """One worker's coroutine sub-envs and its end of the socket."""
+
+    def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
+                 autoreset_mode: AutoresetMode, episode_timeout: float | None,
+                 started: StartedProcesses | NoProcessTracking) -> None:
+        self.first_env = first_env
+        self.backend = AsyncBackend(env_fns, autoreset_mode, episode_timeout=episode_timeout,
+                                    first_env=first_env)
+        self.requests = _Requests(self)
+        #: What the sub-envs started, ended once they are closed (remakes leave it: the
+        #: sub-envs are made concurrently, so what each started cannot be told apart).
+        self.started = started
+        self._outbox: list[tuple[int, int, Any]] = []
+        self._phases: list[str] = []
+        self._flush_due = False
+        self._writer: asyncio.StreamWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ replies
+
+    def send_soon(self, entry: tuple[int, int, Any], op: Op) -> None:
+        self._outbox.append(entry)
+        self._phases.append(op.value)
+        if not self._flush_due:
+            self._flush_due = True
+            assert self._loop is not None
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send every reply queued, with the cleanups run meanwhile, in one frame."""
+        self._flush_due = False
+        if self._writer is None or self._writer.is_closing():
+            return
+        entries, self._outbox = self._outbox, []
+        phases, self._phases = self._phases, []
+        self._writer.write(encode(Kind.REPLY, 0, self._reply_payload(entries, phases)))
+
+    def _reply_payload(self, entries: list[tuple[int, int, Any]], phases: list[str]) -> bytes:
+        cleanups = self.backend.cleanups
+        tally = (self.started.take_ended(), cleanups.run, cleanups.failed)
+        cleanups.run = cleanups.failed = 0
+        try:
+            return dumps((entries, tally))
+        except Exception:  # a reply that cannot be pickled fails its own sub-env only
+            safe = [(sequence, env_index, picklable(phase, env_index, reply))
+                    for (sequence, env_index, reply), phase in zip(entries, phases)]
+            return dumps((safe, tally))
+
+    # ------------------------------------------------------------------ requests
+
+    def handle(self, kind: Kind, sequence: int, payload: bytes) -> None:
+        """Start serving one request (never waits: its replies go back as they land)."""
+        backend, first_env = self.backend, self.first_env
+        if kind is Kind.DISCARD:
+            local = [env_index - first_env for env_index in pickle.loads(payload)]
+            for local_index in local:
+                self.requests.drop_env(local_index)
+            backend.discard(local)
+            self.send_soon((sequence, -1, None), Op.CLOSE)  # the acknowledgement
+            return
+        if kind is Kind.ABORT:
+            steps = []
+            for step_sequence, env_index in pickle.loads(payload):
+                local_index = env_index - first_env
+                pending = self.requests.by_sequence.get(step_sequence)
+                self.requests.drop(step_sequence, local_index)
+                if pending is not None:
+                    steps.append((pending, pending.env_indices.index(local_index)))
+            backend.abort_steps(steps)
+            return
+        op = _OP_OF_KIND[kind]
+        requests: Sequence[tuple[int, Any]] = pickle.loads(payload)
+        local = [env_index - first_env for env_index, _ in requests]
+        if op is Op.MAKE:
+            pending = backend.submit_remake(local, self.requests)
+        else:
+            pending = backend.submit(op, local, [request for _, request in requests],
+                                     self.requests)
+        self.requests.track(sequence, op, pending)
+
+    async def close(self, sequence: int, payload: bytes) -> None:
+        """Close every sub-env (their async cleanups included) within the parent's bound,
+        as the async backend does: what still runs then is cancelled. Answer, then end
+        what they started."""
+        assert self._writer is not None
+        requests: list[tuple[int, float]] = pickle.loads(payload)
+        pending = await self.backend.aclose(requests[0][1] if requests else _CLOSE_TIMEOUT)
+        self.started.end_all()
+        replies = ([None] * self.backend.num_envs if pending is None
+                   else [portable(reply) if type(reply) is Failure else reply
+                         for reply in pending.replies])
+        self.flush()
+        entries = [(sequence, self.first_env + offset, reply)
+                   for offset, reply in enumerate(replies)]
+        self._writer.write(encode(Kind.REPLY, 0, self._reply_payload(
+            entries, ["close"] * len(entries))))
+        await self._writer.drain()
+
+    async def serve(self, sock: socket.socket, first_fn: Callable[[], Any]) -> None:
+        self._loop = asyncio.get_running_loop()
+        reader, self._writer = await asyncio.open_connection(sock=sock)
+        backend = self.backend
+        env_fns, backend.env_fns = backend.env_fns, [first_fn, *backend.env_fns[1:]]
+        try:
+            made = await backend.start()  # the first sub-env is handed over, not made again
+        finally:
+            backend.env_fns = env_fns
+        await made.wait()
+        replies = [portable(reply) if type(reply) is Failure else reply
+                   for reply in made.replies]
+        cleanups = backend.cleanups
+        tally = (0, cleanups.run, cleanups.failed)
+        cleanups.run = cleanups.failed = 0
+        try:
+            hello = dumps((replies, tally, True))
+        except Exception:
+            safe = [picklable("make", self.first_env + offset, reply)
+                    for offset, reply in enumerate(replies)]
+            hello = dumps((safe, tally, True))
+        self._writer.write(encode(Kind.HELLO, 0, hello))
+        try:
+            while True:
+                try:
+                    header = await reader.readexactly(HEADER.size)
+                    number, sequence, length = HEADER.unpack(header)
+                    payload = await reader.readexactly(length) if length else b""
+                except (asyncio.IncompleteReadError, ConnectionError) as error:
+                    raise EOFError("the parent closed the connection") from error
+                kind = Kind(number)
+                if kind is Kind.CLOSE:
+                    await self.close(sequence, payload)
+                    return
+                self.handle(kind, sequence, payload)
+        finally:
+            if not backend.closing_began():  # the parent is gone: close what is left
+                with contextlib.suppress(Exception):
+                    await backend.aclose(_CLOSE_TIMEOUT)
+            self._writer.close()
+
+
+def serve_coroutines(sock: socket.socket, first_env: int, env_fns: list[Callable[[], Any]],
+                     first_fn: Callable[[], Any], autoreset_mode: AutoresetMode,
+                     episode_timeout: float | None,
+                     started: StartedProcesses | NoProcessTracking) -> None:
+    """A coroutine worker's whole service, on an event loop of its own: make the sub-envs
+    (``first_fn`` makes the first), say hello, serve requests until CLOSE, or ``EOFError``
+    once the parent is gone."""
+    host = _CoroutineHost(first_env, env_fns, autoreset_mode, episode_timeout, started)
+    asyncio.run(host.serve(sock, first_fn))
