@@ -162,6 +162,8 @@ class SocketTaker:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[_Connection] = []
+        #: The takes of coroutines (``take_async`` on asyncio), a connection each.
+        self._tickets: set[_AsyncTicket] = set()
         self._abandoned = False
 
     def _connection(self) -> _Connection:
@@ -223,18 +225,28 @@ class SocketTaker:
                 reader, writer = await asyncio.open_connection(*self._address.path)
         except OSError as error:
             raise _given_up(name, "the vector env closed") from error
+        ticket = _AsyncTicket(writer)
+        with self._lock:
+            self._tickets.add(ticket)
         try:
+            if self._abandoned:  # (abandoned meanwhile: its shutdown may have missed it)
+                raise _given_up(name, "the vector env let go of this sub-env")
             writer.write(f"T {self._address.token}\nA 0 {name}\n".encode())
             if await reader.readline() != b"G 0\n":  # b"": the service dropped us
                 raise _given_up(name, "the vector env closed, or let go of this sub-env")
         except BaseException:
-            writer.close()
+            self._forget(ticket)
             raise
-        return _AsyncTicket(writer)
+        return ticket
+
+    def _forget(self, ticket: _AsyncTicket) -> None:
+        with self._lock:
+            self._tickets.discard(ticket)
+        ticket.writer.close()
 
     def give_back(self, name: str, ticket: object) -> None:
         if isinstance(ticket, _AsyncTicket):
-            ticket.writer.close()  # the service gives back what the connection held
+            self._forget(ticket)  # the service gives back what the connection held
             return
         assert isinstance(ticket, _Connection)
         with contextlib.suppress(OSError):
@@ -245,14 +257,19 @@ class SocketTaker:
         one raises ``LimitError``; the service gives back what they held)."""
         self._abandoned = True
         with self._lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
+            sockets = [connection.sock for connection in self._connections]
+            sockets += [ticket.writer.get_extra_info("socket") for ticket in self._tickets]
+        for sock in sockets:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close every connection: the service gives back whatever they still held."""
         with self._lock:
             connections, self._connections = self._connections, []
+            tickets, self._tickets = self._tickets, set()
         for connection in connections:
             connection.sock.close()
+        for ticket in tickets:  # (its loop's thread: the worker's, which is ending)
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                ticket.writer.close()

@@ -374,3 +374,71 @@ async def test_cleanups_of_coroutine_envs_run_once_at_close_and_after_a_sigkill(
         assert truncated.tolist() == [False, True]
     assert directories(tmp_path) == [] and len(set(record(tmp_path))) == 3
     assert envs.statistics().cleanups_run == 3  # the fork server's, once reported, too
+
+
+async def test_a_late_acknowledgement_waiting_to_be_read_keeps_its_worker(
+        anyio_backend: Any, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """The worker acknowledged the sub-env given up on long before the restart: the
+    restart reads that acknowledgement (on trio nothing reads in between) and keeps the
+    worker, with its other sub-env."""
+    monkeypatch.setattr(process_backend, "_ACK_GRACE", 0.2)
+    async with aiovec.AsyncVectorEnv(factories(2), backend="process", num_workers=1,
+                                     timeout=0.3) as envs:
+        _, infos = await envs.reset()
+        with pytest.raises(aiovec.EnvTimeoutError):
+            await envs.step(np.array([0.0, math.inf]))
+        await anyio.sleep(0.5)  # the scenario itself: the restart comes past the grace
+        _, infos_after = await envs.reset()
+        assert infos_after["pid"].tolist() == infos["pid"].tolist()
+        assert infos_after["token"][0] == infos["token"][0]
+
+
+async def test_a_worker_whose_sub_envs_are_all_lost_still_closes(
+        anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
+    log = tmp_path / "log"
+    envs = aiovec.AsyncVectorEnv(factories(2, log=str(log)), backend="process",
+                                 num_workers=2, timeout=0.3, close_timeout=30)
+    await envs.reset()
+    with pytest.raises(aiovec.EnvTimeoutError):
+        await envs.step(np.array([0.0, math.inf]))
+    await logged(log, "1 closed")  # given up on, and closed in its worker
+    await envs.aclose()
+    # Each worker was asked to close, and exited of itself (not terminated, not killed).
+    assert [worker.process.exitcode() for worker in envs._backend.workers] == [0, 0]
+
+
+def flaky_factory(path: str, index: int) -> WorkerEnv:
+    """A plain function (not a class): makes its env the first time, raises ever after."""
+    if os.path.exists(path):
+        raise ConnectionError("the tool server is down")
+    Path(path).touch()
+    return WorkerEnv(index)
+
+
+async def test_a_restarted_worker_whose_first_factory_fails_reports_that_failure(
+        anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
+    made = [functools.partial(flaky_factory, str(tmp_path / "made"), 0),
+            functools.partial(WorkerEnv, 1)]
+    async with aiovec.AsyncVectorEnv(made, backend="process", num_workers=1) as envs:
+        _, infos = await envs.reset()
+        os.kill(int(infos["pid"][0]), signal.SIGKILL)
+        with pytest.raises(aiovec.SubEnvErrorGroup):
+            await envs.step(zeros(2))  # the worker died
+        with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+            await envs.reset()  # a new worker: sub-env 0's factory fails there
+        assert raised.value.env_ids == (0,)
+        assert isinstance(raised.value.exceptions[0].__cause__, ConnectionError)
+        assert raised.value.partial_result[0][1].tolist() == [1, 0]
+
+
+async def test_a_first_factory_that_fails_at_start_fails_alone(
+        anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
+    (tmp_path / "made").touch()  # the flaky factory fails from the start
+    made = [functools.partial(flaky_factory, str(tmp_path / "made"), 0),
+            lambda: WorkerEnv(1), lambda: WorkerEnv(2)]
+    envs = aiovec.AsyncVectorEnv(made, backend="process", num_workers=1)
+    with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
+        await envs.start()
+    assert raised.value.env_ids == (0,)  # not the coroutine envs after it
+    assert isinstance(raised.value.exceptions[0].__cause__, ConnectionError)
+    await envs.aclose()

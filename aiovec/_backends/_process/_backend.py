@@ -54,6 +54,7 @@ from aiovec._backends._process._shared_memory import (
     same_dtypes,
     write_rows,
 )
+from aiovec._backends._process._worker import ANY_KIND, COROUTINES, PLAIN
 from aiovec._backends._process._workers import ProcessPending, WorkerHandle, read_replies
 from aiovec._backends._process_tree import GRACE
 from aiovec._backends._registrations import export_registrations
@@ -78,6 +79,7 @@ _EXIT_TIMEOUT = 2.0  # seconds a worker gets to exit after CLOSE, then after SIG
 #: Seconds a coroutine worker's event loop may take to acknowledge a DISCARD before it is
 #: taken for stuck (a sub-env blocking it) and killed at the next restart.
 _ACK_GRACE = 5.0
+_ACK_MOMENT = 0.5
 # Seconds a closing fork server gets to exit: it ends whatever is left below it first.
 _SERVER_EXIT_TIMEOUT = GRACE + 5.0
 #: ``parent_worker``'s default where it is not given: "1" for on (the test suite runs its
@@ -109,9 +111,10 @@ class ProcessBackend(Backend):
                  episode_timeout: float | None = None, hosts_coroutines: bool = True) -> None:
         super().__init__(env_fns, autoreset_mode, limits=limits,
                          episode_timeout=episode_timeout)
-        #: False: the workers refuse coroutine envs (``CoroutineEnvError``), as ``"auto"``
-        #: wants, to switch to the async backend.
-        self.hosts_coroutines = hosts_coroutines
+        #: What the workers are told they host (``_worker.learn_kind``): whichever their
+        #: factories make, until the first workers said; only plain envs where coroutine envs
+        #: must fail (``CoroutineEnvError``: ``"auto"`` then switches to the async backend).
+        self._worker_kind = ANY_KIND if hosts_coroutines else PLAIN
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
         if not 1 <= self.num_workers <= self.num_envs:
@@ -131,7 +134,8 @@ class ProcessBackend(Backend):
         self._block_fd: int | None = None
         self._action_views: Any = None
         self._lifeline: tuple[int, int] | None = None
-        self._inits: list[bytes] = []
+        #: Each worker's INIT but what it hosts (``_worker_kind``, known once they said).
+        self._inits: list[tuple[Any, ...]] = []
         self._worker_of: list[int] = [0] * self.num_envs
         self._attach_frame = b""
         self._fork_server: ForkServer | None = None
@@ -171,11 +175,9 @@ class ProcessBackend(Backend):
         # Pickle first: a factory that cannot be pickled fails here, before any process exists.
         registrations = export_registrations()
         limits = None if self.limits is None else self.limits.for_workers()
-        self._inits = [dumps((hosted.start, self.autoreset_mode.value,
-                              cloudpickle.dumps([self.env_fns[i] for i in hosted]),
-                              registrations, limits, self.episode_timeout,
-                              self.hosts_coroutines))
-                       for hosted in shares]
+        self._inits = [(hosted.start, self.autoreset_mode.value,
+                        cloudpickle.dumps([self.env_fns[i] for i in hosted]),
+                        registrations, limits, self.episode_timeout) for hosted in shares]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)
         # The lifeline: see _worker._exit_with_parent. The read end stays open here
@@ -265,7 +267,8 @@ class ProcessBackend(Backend):
         return server.start_child(child_end, self.start_method)
 
     def _send_init(self, worker: WorkerHandle) -> None:
-        worker.sock.sendall(encode(Kind.INIT, 0, self._inits[worker.index]))
+        worker.sock.sendall(encode(Kind.INIT, 0, dumps((*self._inits[worker.index],
+                                                         self._worker_kind))))
         worker.sock.setblocking(False)
 
     async def start(self) -> Pending:
@@ -294,10 +297,12 @@ class ProcessBackend(Backend):
                 raise TypeError("some factories make coroutine envs (aiovec.AsyncEnv) and "
                                 "others plain gymnasium envs: one vector env runs one kind")
             self.coroutines = True
+            self._worker_kind = COROUTINES  # a restarted worker need not find out again
             self.waits_in_caller = False  # their replies come through the event loop
             for worker in self._workers:
                 worker.replies = self._deliver_replies
             return None
+        self._worker_kind = PLAIN
         # Worker processes done early wait for each other, not for a parent worker: the
         # parent is awake anyway while its own thread steps (waiting for it only spins).
         layout = BlockLayout.plan(spaces.single_observation_space,
@@ -393,11 +398,15 @@ class ProcessBackend(Backend):
         """A coroutine worker acknowledges what it was told to give up (its event loop
         answers) → True; else, once the acknowledgement is ``_ACK_GRACE`` seconds late, it
         is killed (its sub-envs are then remade with a new worker) → False."""
+        if self.loop is None:  # trio: what came meanwhile is read now, not waited for
+            worker.receive_waiting()
         if worker.unacked and worker.alive:
             late = min(worker.unacked.values()) + _ACK_GRACE - time.monotonic()
-            with anyio.move_on_after(max(0.0, late)):
+            # At least a moment: an acknowledgement may be on its way however late it is.
+            with anyio.move_on_after(max(_ACK_MOMENT, late)):
                 while worker.unacked and worker.alive:
-                    if self.loop is None:  # trio: this task reads the socket
+                    if self.loop is None:  # trio: this task sends and reads
+                        await worker.flush()
                         await worker.read_when_ready()
                     else:
                         worker.acked = worker.acked or anyio.Event()
@@ -463,9 +472,6 @@ class ProcessBackend(Backend):
             self._expect_hello(worker, hello)
             await hello.wait()
             failures += hello.failures()
-            if worker.alive and worker.coroutines != self.coroutines:
-                raise TypeError("a restarted worker's sub-envs are not of the kind the "
-                                "others are (coroutine envs, or plain gymnasium envs)")
             if worker.alive and not self.coroutines:
                 attached = self._attach([worker])
                 await attached.wait()
@@ -595,21 +601,23 @@ class ProcessBackend(Backend):
         answers sub-env by sub-env (``_coroutines``)."""
         sequence = next(self._sequence) & 0xFFFFFFFF or next(self._sequence)
         pending = CoroutinePending(self, op, env_indices, sequence, arrivals)
-        no_payload = op is Op.MAKE or op is Op.CLOSE
-        if op is Op.CLOSE:  # what the worker gives its sub-envs to close: the caller's bound
-            payloads = [self._close_timeout] * len(pending.env_indices)
-            no_payload = False
         shares: dict[int, tuple[list[tuple[int, Any]], dict[int, int]]] = {}
+        if op is Op.CLOSE:  # every live worker closes, even one whose sub-envs are all lost
+            shares = {worker.index: ([], {}) for worker in self._workers if worker.alive}
         for position, env_index in enumerate(pending.env_indices):
             if env_index in self._lost and op is not Op.MAKE:
                 pending.deliver(position, given_up_reply(env_index, op, GIVEN_UP))
                 continue
             requests, positions = shares.setdefault(self._worker_of[env_index], ([], {}))
-            requests.append((env_index, None if no_payload else payloads[position]))
+            requests.append((env_index, None if op is Op.MAKE or op is Op.CLOSE
+                             else payloads[position]))
             positions[env_index] = position
         # Every frame is built before any is sent: a payload that fails to pickle must not
-        # leave some workers running the request and others not.
-        frames = [(self._workers[index], encode(_KIND_OF_OP[op], sequence, dumps(requests)),
+        # leave some workers running the request and others not. A close carries the bound
+        # the worker gives its sub-envs: the caller's.
+        frames = [(self._workers[index],
+                   encode(_KIND_OF_OP[op], sequence,
+                          dumps(self._close_timeout if op is Op.CLOSE else requests)),
                    positions) for index, (requests, positions) in shares.items()]
         for worker, frame, positions in frames:
             if not worker.alive:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import pickle
 import socket
 from collections.abc import Callable, Sequence
@@ -29,40 +28,16 @@ from aiovec._backends._async import AsyncBackend
 from aiovec._backends._portable import picklable, portable
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
 from aiovec._backends._process_tree import NoProcessTracking, StartedProcesses
-from aiovec._core._async_env import is_async_env, makes_async_envs
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._requests import NO_REPLY, Failure, Op
 
-__all__ = ["first_made", "serve_coroutines"]
+__all__ = ["serve_coroutines"]
 
 #: Seconds the sub-envs get to close once the parent is gone (it asks with its own bound).
 _CLOSE_TIMEOUT = 10.0
 
 _OP_OF_KIND = {Kind.RESET: Op.RESET, Kind.STEP: Op.STEP, Kind.CALL: Op.CALL,
                Kind.SET_ATTR: Op.SET_ATTR, Kind.MAKE: Op.MAKE}
-
-
-def first_made(env_fns: list[Callable[[], Any]]) -> tuple[bool, Callable[[], Any]]:
-    """What this worker hosts → (coroutine envs?, the factory to make the first sub-env with).
-
-    An ``AsyncEnv`` class (or a partial of one) says so itself, and is made on the worker's
-    event loop like every other. Any other factory is called now, outside any loop: an
-    awaitable (an async factory) or a coroutine env means coroutine envs, handed over to be
-    made with. A factory that raises tells nothing: the share is taken for plain envs, and
-    the same error is raised again when it is made."""
-    if makes_async_envs(env_fns[0]):
-        return True, env_fns[0]
-    try:
-        made = env_fns[0]()
-    except Exception as error:
-        failure = error  # (``error`` itself is unbound once the block ends)
-
-        def raising() -> Any:
-            raise failure
-
-        return False, raising
-    coroutines = inspect.isawaitable(made) or is_async_env(made)
-    return coroutines, lambda: made
 
 
 class _Requests(Arrivals):
@@ -211,8 +186,7 @@ class _CoroutineHost:
         as the async backend does: what still runs then is cancelled. Answer, then end
         what they started."""
         assert self._writer is not None
-        requests: list[tuple[int, float]] = pickle.loads(payload)
-        pending = await self.backend.aclose(requests[0][1] if requests else _CLOSE_TIMEOUT)
+        pending = await self.backend.aclose(pickle.loads(payload))
         self.started.end_all()
         replies = ([None] * self.backend.num_envs if pending is None
                    else [portable(reply) if type(reply) is Failure else reply
@@ -224,13 +198,14 @@ class _CoroutineHost:
             entries, ["close"] * len(entries))))
         await self._writer.drain()
 
-    async def serve(self, sock: socket.socket, first_fn: Callable[[], Any]) -> None:
+    async def serve(self, sock: socket.socket, handed: dict[int, Callable[[], Any]]) -> None:
         self._loop = asyncio.get_running_loop()
         reader, self._writer = await asyncio.open_connection(sock=sock)
         backend = self.backend
-        env_fns, backend.env_fns = backend.env_fns, [first_fn, *backend.env_fns[1:]]
+        env_fns = backend.env_fns
+        backend.env_fns = [handed.get(offset, env_fn) for offset, env_fn in enumerate(env_fns)]
         try:
-            made = await backend.start()  # the first sub-env is handed over, not made again
+            made = await backend.start()  # what ``learn_kind`` made is handed over
         finally:
             backend.env_fns = env_fns
         await made.wait()
@@ -267,11 +242,11 @@ class _CoroutineHost:
 
 
 def serve_coroutines(sock: socket.socket, first_env: int, env_fns: list[Callable[[], Any]],
-                     first_fn: Callable[[], Any], autoreset_mode: AutoresetMode,
+                     handed: dict[int, Callable[[], Any]], autoreset_mode: AutoresetMode,
                      episode_timeout: float | None,
                      started: StartedProcesses | NoProcessTracking) -> None:
     """A coroutine worker's whole service, on an event loop of its own: make the sub-envs
-    (``first_fn`` makes the first), say hello, serve requests until CLOSE, or ``EOFError``
-    once the parent is gone."""
+    (those in ``handed`` with its factories, by offset), say hello, serve requests until
+    CLOSE, or ``EOFError`` once the parent is gone."""
     host = _CoroutineHost(first_env, env_fns, autoreset_mode, episode_timeout, started)
-    asyncio.run(host.serve(sock, first_fn))
+    asyncio.run(host.serve(sock, handed))

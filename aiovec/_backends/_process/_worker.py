@@ -9,6 +9,8 @@ the records in shared memory (``_info_records``), else the infos (and any failur
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import mmap
 import os
 import pickle
@@ -24,7 +26,6 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._cleanup_channel import connect
 from aiovec._backends._portable import picklable, portable
-from aiovec._backends._process._coroutine_worker import first_made, serve_coroutines
 from aiovec._backends._process._info_records import InfoRecorder
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode, recv_exact, recv_frame
 from aiovec._backends._process._shared_memory import (
@@ -45,6 +46,7 @@ from aiovec._backends._process_tree import (
 from aiovec._backends._readable import readable
 from aiovec._backends._registrations import install_registrations
 from aiovec._backends._slot import EnvSlot
+from aiovec._core._async_env import is_async_env, makes_async_envs
 from aiovec._core._cleanups import CleanupTally, hosted
 from aiovec._core._infos import PackedInfos, pack_infos
 from aiovec._core._requests import Failure, Op
@@ -168,11 +170,12 @@ class HostedEnvs:
         #: Writes full steps' infos into the block's records (``_info_records``).
         self.recorder: InfoRecorder | None = None
 
-    def make(self, first_fn: Callable[[], Any]) -> list[Any]:
-        """Make every hosted sub-env, the first with ``first_fn``, which hands over the one
-        ``_coroutine_worker.first_made`` made (the processes it started are noted there)."""
-        replies = [self.slots[0].run(Op.MAKE, first_fn)]
-        replies += [self._make(offset) for offset in range(1, len(self.slots))]
+    def make(self, handed: dict[int, Callable[[], Any]]) -> list[Any]:
+        """Make every hosted sub-env; those in ``handed`` (by offset) with the factory that
+        hands over what ``learn_kind`` made of them (the processes they started are noted
+        there)."""
+        replies = [self.slots[offset].run(Op.MAKE, handed[offset]) if offset in handed
+                   else self._make(offset) for offset in range(len(self.slots))]
         return [portable(reply) if type(reply) is Failure else reply for reply in replies]
 
     def _make(self, offset: int) -> Any:
@@ -451,7 +454,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     if kind is not Kind.INIT:
         raise RuntimeError(f"expected INIT, got {kind.name}")
     (first_env, autoreset_mode, env_fns_blob, registrations, limits, episode_timeout,
-     hosts_coroutines) = pickle.loads(payload)
+     kind) = pickle.loads(payload)
     if not in_parent:
         install_registrations(registrations)  # before the factories: they may gym.make them
     taker = None if limits is None else SocketTaker(*limits)
@@ -464,11 +467,15 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
         bind_process(taker)
     env_fns: list[Callable[[], Any]] = cloudpickle.loads(env_fns_blob)
     started = NoProcessTracking() if in_parent else StartedProcesses()
-    with started.making(0):  # what kind of sub-envs: coroutine envs get a worker of their own
-        coroutines, first_fn = first_made(env_fns)
-    if coroutines and hosts_coroutines:
+    handed: dict[int, Callable[[], Any]] = {}
+    coroutines = kind == COROUTINES
+    if kind == ANY_KIND:
+        coroutines, handed = learn_kind(env_fns, started)
+    if coroutines:  # the event-loop side loads here only
+        from aiovec._backends._process._coroutine_worker import serve_coroutines
+
         try:
-            serve_coroutines(sock, first_env, env_fns, first_fn, AutoresetMode(autoreset_mode),
+            serve_coroutines(sock, first_env, env_fns, handed, AutoresetMode(autoreset_mode),
                              episode_timeout, started)
         finally:
             if in_parent and taker is not None:
@@ -477,7 +484,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     worker = HostedEnvs(first_env, env_fns, AutoresetMode(autoreset_mode), started=started,
                          guard=guard, episode_timeout=episode_timeout)
     try:
-        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(first_fn), (0, 0, 0), False))))
+        sock.sendall(encode(Kind.HELLO, 0, dumps((worker.make(handed), (0, 0, 0), False))))
         sequence, descriptor, layout = _recv_attach(sock)
         worker.attach(descriptor, layout, wait_for_peers=not in_parent)
         sock.sendall(encode(Kind.REPLY, sequence))
@@ -489,6 +496,47 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     finally:
         if in_parent and taker is not None:  # what it still held goes back
             taker.close()
+
+
+#: What a worker is told it hosts (INIT): plain envs only (coroutine envs fail with
+#: ``CoroutineEnvError``), coroutine envs (``_coroutine_worker``), or whichever its factories
+#: make (``learn_kind``).
+PLAIN, COROUTINES, ANY_KIND = "plain", "coroutines", "any"
+
+
+def learn_kind(env_fns: list[Callable[[], Any]],
+               started: StartedProcesses | NoProcessTracking
+               ) -> tuple[bool, dict[int, Callable[[], Any]]]:
+    """Whether a share's factories make coroutine envs → (coroutine envs?, factories that
+    hand over what was made meanwhile, by offset).
+
+    An ``AsyncEnv`` class (or a partial of one) says so itself: each is then made on the
+    coroutine worker's event loop. Any other factory must be called, outside any event loop
+    (a plain env's constructor may run one of its own): the first that makes something
+    tells (an awaitable, from an async factory, or a coroutine env: coroutine envs); one that
+    raises tells nothing, and raises the same error again when its sub-env is made.
+    """
+    if makes_async_envs(env_fns[0]):
+        return True, {}
+    handed: dict[int, Callable[[], Any]] = {}
+    for offset, env_fn in enumerate(env_fns):
+        with started.making(offset):
+            try:
+                made = env_fn()
+            except Exception as error:
+                handed[offset] = functools.partial(_raise, error)
+                continue
+        handed[offset] = functools.partial(_hand_over, made)
+        return inspect.isawaitable(made) or is_async_env(made), handed
+    return False, handed
+
+
+def _raise(error: Exception) -> Any:
+    raise error
+
+
+def _hand_over(made: Any) -> Any:
+    return made
 
 
 def _usable_cpus() -> int:

@@ -79,8 +79,9 @@ class WorkerHandle:
     acked: anyio.Event | None = None
 
     def owes(self) -> bool:
-        """True while some request sent to the worker is not fully answered."""
-        return bool(self.outstanding or self.owed)
+        """True while some request sent to the worker is not fully answered (a DISCARD
+        acknowledged included: whoever reads the socket then reads it too)."""
+        return bool(self.outstanding or self.owed or self.unacked)
 
     def acknowledged(self, sequence: int) -> None:
         """A coroutine worker acknowledged DISCARD ``sequence``: its event loop answers."""
