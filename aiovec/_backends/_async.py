@@ -320,7 +320,7 @@ class AsyncBackend(Backend):
         return self.submit(Op.MAKE, range(self.num_envs), self.env_fns)
 
     def _new_slot(self, env_index: int) -> _AsyncSlot:
-        assert self.latencies is not None
+        assert self.latencies is not None  # (``log_latencies`` may have replaced it)
         return _AsyncSlot(self.first_env + env_index, self.autoreset_mode,
                           self.latencies.timer(env_index), self.cleanups, self.episode_timeout)
 
@@ -464,6 +464,13 @@ class AsyncBackend(Backend):
             slot.busy = False
         if self._waiting:
             self._start_waiting()
+
+    def log_latencies(self, log: LatencyLog) -> None:
+        """Time the sub-envs' steps into ``log`` from now on (rows by request index): a
+        worker's share of its vector env's log, in shared memory."""
+        self.latencies = log
+        for index, slot in enumerate(self._slots):
+            slot.step_timer = log.timer(index)
 
     def lost_envs(self) -> list[int]:
         return sorted(self._lost)

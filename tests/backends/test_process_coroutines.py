@@ -164,6 +164,10 @@ async def test_coroutine_envs_run_in_worker_processes_many_at_once(
         obs, rewards, _, _, infos = await envs.step(zeros(6))
         assert obs.tolist() == [[index, 1] for index in range(6)]
         assert rewards.tolist() == [1.0] * 6
+        # The workers time the steps into shared memory, as for plain envs.
+        latencies = envs.statistics().step_latency
+        assert [summary.count for summary in latencies] == [1] * 6
+        assert all(0 < summary.mean < PROMPTLY for summary in latencies)
         assert await envs.get_attr("steps") == (1,) * 6
         await envs.set_attr("index", [10, 11, 12, 13, 14, 15])
         assert await envs.call("get_wrapper_attr", "index") == (10, 11, 12, 13, 14, 15)
@@ -419,7 +423,8 @@ async def test_a_restarted_worker_whose_first_factory_fails_reports_that_failure
         anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
     made = [functools.partial(flaky_factory, str(tmp_path / "made"), 0),
             functools.partial(WorkerEnv, 1)]
-    async with aiovec.AsyncVectorEnv(made, backend="process", num_workers=1) as envs:
+    async with aiovec.AsyncVectorEnv(made, backend="process", num_workers=1,
+                                     parent_worker=False) as envs:  # a process, to SIGKILL
         _, infos = await envs.reset()
         os.kill(int(infos["pid"][0]), signal.SIGKILL)
         with pytest.raises(aiovec.SubEnvErrorGroup):

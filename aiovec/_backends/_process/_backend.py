@@ -49,6 +49,7 @@ from aiovec._backends._process._parent_worker import ParentThread
 from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
 from aiovec._backends._process._shared_memory import (
     BlockLayout,
+    BlockViews,
     map_block,
     open_block,
     same_dtypes,
@@ -66,6 +67,7 @@ from aiovec._core._selection import usable_cpus
 from aiovec._core._spaces import VectorSpaces
 from aiovec._exceptions import ClosedError, WorkerDiedError
 from aiovec._limits._shared import SharedLimits
+from aiovec._object_space import ObjectSpace
 
 __all__ = ["ProcessBackend"]
 
@@ -301,14 +303,28 @@ class ProcessBackend(Backend):
             self.waits_in_caller = False  # their replies come through the event loop
             for worker in self._workers:
                 worker.replies = self._deliver_replies
+            # Shared memory for the step latencies alone (results travel pickled).
+            await self._map_block(BlockLayout.plan(ObjectSpace(), ObjectSpace(), self.num_envs))
             return None
         self._worker_kind = PLAIN
         # Worker processes done early wait for each other, not for a parent worker: the
         # parent is awake anyway while its own thread steps (waiting for it only spins).
-        layout = BlockLayout.plan(spaces.single_observation_space,
-                                  spaces.single_action_space, self.num_envs,
-                                  tuple(worker.env_indices.start for worker in self._workers
-                                        if worker.index != self.parent_worker))
+        views = await self._map_block(BlockLayout.plan(
+            spaces.single_observation_space, spaces.single_action_space, self.num_envs,
+            tuple(worker.env_indices.start for worker in self._workers
+                  if worker.index != self.parent_worker)))
+        if views.info_records is not None:
+            self.records.attach(views.info_records)
+        self._action_views = views.actions
+        self.takes_action_batches = views.actions is not None
+        if views.observations is None:  # results travel pickled: the core batches them
+            return None
+        self.buffers = BatchBuffers(views.observations, views.rewards, views.terminations,
+                                    views.truncations)
+        return self.buffers
+
+    async def _map_block(self, layout: BlockLayout) -> BlockViews:
+        """Make the shared memory block, have every worker map it (ATTACH) → its views."""
         self._block_fd = open_block(layout.size)
         self._block = map_block(self._block_fd, layout.size)
         views = layout.views(self._block)
@@ -320,15 +336,7 @@ class ProcessBackend(Backend):
             raise WorkerDiedError(failures[0].description,
                                   [failure.env_index for failure in failures], None)
         self.latencies = views.latencies
-        if views.info_records is not None:
-            self.records.attach(views.info_records)
-        self._action_views = views.actions
-        self.takes_action_batches = views.actions is not None
-        if views.observations is None:  # results travel pickled: the core batches them
-            return None
-        self.buffers = BatchBuffers(views.observations, views.rewards, views.terminations,
-                                    views.truncations)
-        return self.buffers
+        return views
 
     def _attach(self, workers: Sequence[WorkerHandle]) -> ProcessPending:
         """Send ATTACH (the block's descriptor rides along) to ``workers``."""
@@ -472,7 +480,7 @@ class ProcessBackend(Backend):
             self._expect_hello(worker, hello)
             await hello.wait()
             failures += hello.failures()
-            if worker.alive and not self.coroutines:
+            if worker.alive:
                 attached = self._attach([worker])
                 await attached.wait()
                 failures += attached.failures()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
+import os
 import pickle
 import socket
 from collections.abc import Callable, Sequence
@@ -26,10 +28,12 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._backends._async import AsyncBackend
 from aiovec._backends._portable import picklable, portable
-from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode
+from aiovec._backends._process._protocol import HEADER, Kind, dumps, encode, recv_exact
+from aiovec._backends._process._shared_memory import BlockLayout, map_block
 from aiovec._backends._process_tree import NoProcessTracking, StartedProcesses
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._requests import NO_REPLY, Failure, Op
+from aiovec._core._statistics import LatencyLog
 
 __all__ = ["serve_coroutines"]
 
@@ -117,6 +121,8 @@ class _CoroutineHost:
         self._phases: list[str] = []
         self._flush_due = False
         self._writer: asyncio.StreamWriter | None = None
+        #: The shared memory block, mapped for the step latencies' rows.
+        self._block: mmap.mmap | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ replies
@@ -181,6 +187,14 @@ class _CoroutineHost:
                                      self.requests)
         self.requests.track(sequence, op, pending)
 
+    async def close_now(self, sequence: int, payload: bytes, sock: socket.socket) -> None:
+        """``close``, before the stream is open (the start failed)."""
+        await self.backend.aclose(pickle.loads(payload))
+        self.started.end_all()
+        cleanups = self.backend.cleanups
+        tally = (self.started.take_ended(), cleanups.run, cleanups.failed)
+        sock.sendall(encode(Kind.REPLY, 0, dumps(([], tally))))
+
     async def close(self, sequence: int, payload: bytes) -> None:
         """Close every sub-env (their async cleanups included) within the parent's bound,
         as the async backend does: what still runs then is cancelled. Answer, then end
@@ -198,9 +212,35 @@ class _CoroutineHost:
             entries, ["close"] * len(entries))))
         await self._writer.drain()
 
+    async def _attach(self, sock: socket.socket) -> bool:
+        """The parent's first request: ATTACH, whose shared memory block holds the step
+        latencies (this worker's rows are its sub-envs' log) → True; or CLOSE, the start
+        having failed → False, once closed."""
+        head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 1)
+        if not head:
+            raise EOFError("the parent closed the connection")
+        head += recv_exact(sock, HEADER.size - len(head))
+        number, sequence, length = HEADER.unpack(head)
+        payload = recv_exact(sock, length)
+        if Kind(number) is not Kind.ATTACH:
+            for fd in fds:
+                os.close(fd)
+            self._writer = None
+            await self.close_now(sequence, payload, sock)
+            return False
+        layout: BlockLayout = pickle.loads(payload)
+        try:
+            self._block = map_block(fds[0], layout.size)
+        finally:
+            os.close(fds[0])
+        log = layout.views(self._block).latencies
+        share = slice(self.first_env, self.first_env + self.backend.num_envs)
+        self.backend.log_latencies(LatencyLog(log.durations[share], log.samples[share]))
+        sock.sendall(encode(Kind.REPLY, sequence))
+        return True
+
     async def serve(self, sock: socket.socket, handed: dict[int, Callable[[], Any]]) -> None:
         self._loop = asyncio.get_running_loop()
-        reader, self._writer = await asyncio.open_connection(sock=sock)
         backend = self.backend
         env_fns = backend.env_fns
         backend.env_fns = [handed.get(offset, env_fn) for offset, env_fn in enumerate(env_fns)]
@@ -220,7 +260,10 @@ class _CoroutineHost:
             safe = [picklable("make", self.first_env + offset, reply)
                     for offset, reply in enumerate(replies)]
             hello = dumps((safe, tally, True))
-        self._writer.write(encode(Kind.HELLO, 0, hello))
+        sock.sendall(encode(Kind.HELLO, 0, hello))
+        if not await self._attach(sock):  # the start failed: closed before any request
+            return
+        reader, self._writer = await asyncio.open_connection(sock=sock)
         try:
             while True:
                 try:
@@ -239,6 +282,17 @@ class _CoroutineHost:
                 with contextlib.suppress(Exception):
                     await backend.aclose(_CLOSE_TIMEOUT)
             self._writer.close()
+            self._unmap()
+
+    def _unmap(self) -> None:
+        """Let go of the shared memory (a parent worker's thread must: its process lives
+        on)."""
+        if self.backend.latencies is not None:
+            self.backend.latencies.release()
+        if self._block is not None:
+            with contextlib.suppress(BufferError):  # (a process about to exit anyway)
+                self._block.close()
+            self._block = None
 
 
 def serve_coroutines(sock: socket.socket, first_env: int, env_fns: list[Callable[[], Any]],
