@@ -439,11 +439,15 @@ async def test_a_restarted_worker_whose_first_factory_fails_reports_that_failure
 async def test_a_first_factory_that_fails_at_start_fails_alone(
         anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
     (tmp_path / "made").touch()  # the flaky factory fails from the start
+    log = str(tmp_path / "log")
     made = [functools.partial(flaky_factory, str(tmp_path / "made"), 0),
-            lambda: WorkerEnv(1), lambda: WorkerEnv(2)]
+            lambda: WorkerEnv(1, log), lambda: WorkerEnv(2, log)]
     envs = aiovec.AsyncVectorEnv(made, backend="process", num_workers=1)
     with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
         await envs.start()
     assert raised.value.env_ids == (0,)  # not the coroutine envs after it
     assert isinstance(raised.value.exceptions[0].__cause__, ConnectionError)
     await envs.aclose()
+    # The worker closed the others, and exited of itself (it was never attached).
+    assert sorted(Path(log).read_text().split("\n")[:-1]) == ["1 closed", "2 closed"]
+    assert [worker.process.exitcode() for worker in envs._backend.workers] == [0]

@@ -187,13 +187,22 @@ class _CoroutineHost:
                                      self.requests)
         self.requests.track(sequence, op, pending)
 
-    async def close_now(self, sequence: int, payload: bytes, sock: socket.socket) -> None:
-        """``close``, before the stream is open (the start failed)."""
-        await self.backend.aclose(pickle.loads(payload))
+    async def close_now(self, sequence: int, sock: socket.socket) -> None:
+        """The CLOSE of a vector env whose start failed, before it ever attached: the
+        parent never learnt this worker's kind, so it is answered as a plain worker's is
+        (``_worker._ending_reply``), replies then tally."""
+        pending = await self.backend.aclose(_CLOSE_TIMEOUT)
         self.started.end_all()
+        replies = ([None] * self.backend.num_envs if pending is None
+                   else [portable(reply) if type(reply) is Failure else reply
+                         for reply in pending.replies])
         cleanups = self.backend.cleanups
         tally = (self.started.take_ended(), cleanups.run, cleanups.failed)
-        sock.sendall(encode(Kind.REPLY, 0, dumps(([], tally))))
+        try:
+            frame = encode(Kind.REPLY, sequence, dumps((replies, tally)))
+        except Exception:
+            frame = encode(Kind.REPLY, sequence, dumps(([None] * len(replies), tally)))
+        sock.sendall(frame)
 
     async def close(self, sequence: int, payload: bytes) -> None:
         """Close every sub-env (their async cleanups included) within the parent's bound,
@@ -225,8 +234,7 @@ class _CoroutineHost:
         if Kind(number) is not Kind.ATTACH:
             for fd in fds:
                 os.close(fd)
-            self._writer = None
-            await self.close_now(sequence, payload, sock)
+            await self.close_now(sequence, sock)
             return False
         layout: BlockLayout = pickle.loads(payload)
         try:
