@@ -31,6 +31,10 @@ Variants:
   coroutine envs themselves, ``AsyncChatEnv``, on an event loop per worker) against the async
   backend. Target: each process contender ≥ 1.6x async in agent turns/s (in steady state the
   ratio of their episodes/s, with less noise).
+- ``cpu-and-wait``: as ``cpu-heavy``, each tool call also waiting (lognormal, median 20 ms):
+  what tools that compute and call out do. A plain env's worker sleeps through each wait in
+  turn; coroutine envs on the process backend overlap them. Target: the coroutine envs on
+  the process backend ≥ 1.6x the async backend in agent turns/s.
 
 Method: each measurement runs on a fresh event loop in this process (uvloop by default): the
 contender starts (making and resetting aiovec's sub-envs is not timed), warms up until the
@@ -42,11 +46,12 @@ over B, the latency of the episodes that finished (start to end), and this proce
 (user + system, all threads: the orchestrator, the simulated tools and the policy) per wall
 second. Repeats are interleaved; tables give medians, spread = (max - min) / median.
 
-Run it (a full run takes about 15 minutes; ``--quick``, a smoke run at N = 256 and B = 32,
+Run it (a full run takes about 20 minutes; ``--quick``, a smoke run at N = 256 and B = 32,
 about 30 s)::
 
     .venv/bin/python benchmarks/agentic.py [--quick] [--repeats N] [--seconds S]
-        [--variants base,stress,cpu-heavy] [--contenders NAME,...] [--scale F] [--loop L]
+        [--variants base,stress,cpu-heavy,cpu-and-wait] [--contenders NAME,...] [--scale F]
+        [--loop L]
 
 ``--scale`` multiplies every variant's number of groups and B (a moderate run: ``--scale 0.25``,
 N = 1,024 and B = 64 in the base variant).
@@ -114,13 +119,20 @@ class Variant:
 STRESS = Workload(policy_base=0.001, policy_per_request=0.00001, policy_batch=1024,
                   tool_median=0.005)
 CPU_HEAVY = Workload(num_groups=64, tool_median=0.0, tool_cpu=0.002)
+CPU_AND_WAIT = dataclasses.replace(CPU_HEAVY, tool_median=0.02)
+PROCESS_CONTENDERS = (AIOVEC, AIOVEC_PROCESS, AIOVEC_PROCESS_COROUTINES)
 VARIANTS = {v.name: v for v in (
     Variant("base", Workload(), TASK_CONTENDERS,
             quick=Workload(num_groups=32, policy_batch=32)),
     Variant("stress", STRESS, TASK_CONTENDERS,
             quick=dataclasses.replace(STRESS, num_groups=32, policy_batch=128)),
-    Variant("cpu-heavy", CPU_HEAVY, (AIOVEC, AIOVEC_PROCESS, AIOVEC_PROCESS_COROUTINES),
+    Variant("cpu-heavy", CPU_HEAVY, PROCESS_CONTENDERS,
             quick=dataclasses.replace(CPU_HEAVY, num_groups=8, policy_batch=32)),
+    # (quick: shorter waits, so that a plain env's worker, sleeping through them in turn,
+    # finishes a batch within a smoke run's window)
+    Variant("cpu-and-wait", CPU_AND_WAIT, PROCESS_CONTENDERS,
+            quick=dataclasses.replace(CPU_AND_WAIT, num_groups=8, policy_batch=32,
+                                      tool_median=0.0005)),
 )}
 
 Key = tuple[str, str]  # (variant, contender)
@@ -142,9 +154,10 @@ NOTES = (
     "Episodes/s counts the episodes that finished in the window: where the policy binds, the "
     "contenders that keep it full tie within that count's noise (about 1% at N = 1,024 over "
     "5 s); their agent turns/s then agree more closely.",
-    "cpu-heavy has no tool waits: a process-backend worker steps its sub-envs one after "
-    "another, so a wait there would serialise; the 2 ms of CPU is the point. Its orchestrator "
-    "CPU is the parent's alone (the workers' is not counted).",
+    "cpu-heavy has no tool waits: a plain env's worker steps its sub-envs one after another, "
+    "so a wait there would serialise (cpu-and-wait shows it); the 2 ms of CPU is the point. "
+    "The process contenders' orchestrator CPU is the parent's alone (the workers' is not "
+    "counted).",
 )
 
 
@@ -290,6 +303,11 @@ def checks(chosen: dict[str, tuple[Workload, tuple[str, ...]]], bounds: dict[str
             "cpu-heavy: aiovec process (coroutine envs) / async backend, agent turns/s",
             results, ("cpu-heavy", AIOVEC_PROCESS_COROUTINES), [("cpu-heavy", AIOVEC)],
             turns, 1.6))
+    if "cpu-and-wait" in chosen:
+        found.append(ratio_check(
+            "cpu-and-wait: aiovec process (coroutine envs) / async backend, agent turns/s",
+            results, ("cpu-and-wait", AIOVEC_PROCESS_COROUTINES), [("cpu-and-wait", AIOVEC)],
+            turns, 1.6))
     return found
 
 
@@ -322,7 +340,8 @@ def report(args: argparse.Namespace, chosen: dict[str, tuple[Workload, tuple[str
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = arguments(__doc__, repeats=3, seconds=15.0,
-                       quick="one repeat of 1 s at N = 256 (cpu-heavy: 64), ~30 s",
+                       quick="one repeat of 1 s at N = 256 (cpu-heavy, cpu-and-wait: 64), "
+                             "~40 s",
                        output=RESULTS)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {', '.join(VARIANTS)}")

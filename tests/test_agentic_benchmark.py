@@ -134,7 +134,7 @@ def test_a_smoke_run_reports_every_variant_contender_and_target(
             assert row["orchestrator CPU"].endswith("%")
     checks = re.findall(r"^(PASS|MISS|n/a) +([\w-]+): ", text, re.M)
     assert [variant for _, variant in checks] == ["base", "base", "base", "stress",
-                                                  "cpu-heavy", "cpu-heavy"]
+                                                  "cpu-heavy", "cpu-heavy", "cpu-and-wait"]
     # n/a: no figure to compare with, which only a contender that ended no episode gives.
     idle = {name for name in agentic.VARIANTS if any(
         row["p50 latency"] == "—" for row in tables[f"Measured {name} (medians):"])}

@@ -30,6 +30,7 @@ from tests.core.test_limits import (
     KEEP,
     NOTHING,
     AsyncLeaseEnv,
+    Holders,
     holders,
 )
 from tests.leaks import child_pids
@@ -439,7 +440,8 @@ async def test_a_restarted_worker_whose_first_factory_fails_reports_that_failure
 async def test_a_first_factory_that_fails_at_start_fails_alone(
         anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
     (tmp_path / "made").touch()  # the flaky factory fails from the start
-    log = str(tmp_path / "log")
+    log_path = tmp_path / "log"
+    log = str(log_path)
     made = [functools.partial(flaky_factory, str(tmp_path / "made"), 0),
             lambda: WorkerEnv(1, log), lambda: WorkerEnv(2, log)]
     envs = aiovec.AsyncVectorEnv(made, backend="process", num_workers=1)
@@ -449,5 +451,34 @@ async def test_a_first_factory_that_fails_at_start_fails_alone(
     assert isinstance(raised.value.exceptions[0].__cause__, ConnectionError)
     await envs.aclose()
     # The worker closed the others, and exited of itself (it was never attached).
-    assert sorted(Path(log).read_text().split("\n")[:-1]) == ["1 closed", "2 closed"]
+    assert sorted(log_path.read_text().split("\n")[:-1]) == ["1 closed", "2 closed"]
     assert [worker.process.exitcode() for worker in envs._backend.workers] == [0]
+
+
+class Counted(WorkerEnv):
+    """Counts, across processes (``counter``), the sub-envs inside their step at once."""
+
+    def __init__(self, index: int, counter: Holders) -> None:
+        super().__init__(index)
+        self.counter = counter
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.counter.add(1)
+        try:
+            return await super().step(action)
+        finally:
+            self.counter.add(-1)
+
+
+@pytest.mark.parametrize("cap", [2, 3])
+async def test_max_concurrency_caps_the_sub_envs_at_work_across_workers(
+        anyio_backend: Any, cap: int, tmp_path: Path, no_leaks: None) -> None:
+    """Each worker takes its part of the cap (2 workers: 1 + 1, or 1 + 2)."""
+    counter = holders(tmp_path)
+    made = [functools.partial(Counted, index, counter) for index in range(6)]
+    async with aiovec.AsyncVectorEnv(made, backend="process", num_workers=2,
+                                     max_concurrency=cap) as envs:
+        await envs.reset()
+        await envs.step(np.full(6, 0.05))
+    inside, peak = counter.read()
+    assert inside == 0 and 1 <= peak <= cap, peak

@@ -119,6 +119,11 @@ class ProcessBackend(Backend):
         self._worker_kind = ANY_KIND if hosts_coroutines else PLAIN
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
+        #: Coroutine workers run their sub-envs at once: each takes its part of the cap
+        #: (``max_concurrency`` split over the workers, at least 1 each), so the sum holds it.
+        self._caps: list[int | None] = (
+            [None] * self.num_workers if max_concurrency is None
+            else [len(part) for part in split_into_shares(max_concurrency, self.num_workers)])
         if not 1 <= self.num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
                              f"got {self.num_workers}")
@@ -179,7 +184,8 @@ class ProcessBackend(Backend):
         limits = None if self.limits is None else self.limits.for_workers()
         self._inits = [(hosted.start, self.autoreset_mode.value,
                         cloudpickle.dumps([self.env_fns[i] for i in hosted]),
-                        registrations, limits, self.episode_timeout) for hosted in shares]
+                        registrations, limits, self.episode_timeout, cap)
+                       for hosted, cap in zip(shares, self._caps)]
         for index, hosted in enumerate(shares):
             self._worker_of[hosted.start:hosted.stop] = [index] * len(hosted)
         # The lifeline: see _worker._exit_with_parent. The read end stays open here

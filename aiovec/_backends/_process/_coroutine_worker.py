@@ -109,10 +109,11 @@ class _CoroutineHost:
 
     def __init__(self, first_env: int, env_fns: list[Callable[[], Any]],
                  autoreset_mode: AutoresetMode, episode_timeout: float | None,
-                 started: StartedProcesses | NoProcessTracking) -> None:
+                 started: StartedProcesses | NoProcessTracking,
+                 max_concurrency: int | None) -> None:
         self.first_env = first_env
         self.backend = AsyncBackend(env_fns, autoreset_mode, episode_timeout=episode_timeout,
-                                    first_env=first_env)
+                                    first_env=first_env, max_concurrency=max_concurrency)
         self.requests = _Requests(self)
         #: What the sub-envs started, ended once they are closed (remakes leave it: the
         #: sub-envs are made concurrently, so what each started cannot be told apart).
@@ -306,9 +307,12 @@ class _CoroutineHost:
 def serve_coroutines(sock: socket.socket, first_env: int, env_fns: list[Callable[[], Any]],
                      handed: dict[int, Callable[[], Any]], autoreset_mode: AutoresetMode,
                      episode_timeout: float | None,
-                     started: StartedProcesses | NoProcessTracking) -> None:
+                     started: StartedProcesses | NoProcessTracking,
+                     max_concurrency: int | None = None) -> None:
     """A coroutine worker's whole service, on an event loop of its own: make the sub-envs
     (those in ``handed`` with its factories, by offset), say hello, serve requests until
-    CLOSE, or ``EOFError`` once the parent is gone."""
-    host = _CoroutineHost(first_env, env_fns, autoreset_mode, episode_timeout, started)
+    CLOSE, or ``EOFError`` once the parent is gone. At most ``max_concurrency`` of its
+    sub-envs run at once (its part of the vector env's cap)."""
+    host = _CoroutineHost(first_env, env_fns, autoreset_mode, episode_timeout, started,
+                          max_concurrency)
     asyncio.run(host.serve(sock, handed))

@@ -454,7 +454,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
     if kind is not Kind.INIT:
         raise RuntimeError(f"expected INIT, got {kind.name}")
     (first_env, autoreset_mode, env_fns_blob, registrations, limits, episode_timeout,
-     kind) = pickle.loads(payload)
+     max_concurrency, kind) = pickle.loads(payload)
     if not in_parent:
         install_registrations(registrations)  # before the factories: they may gym.make them
     taker = None if limits is None else SocketTaker(*limits)
@@ -476,7 +476,7 @@ def serve(sock: socket.socket, *, guard: WriteGuard | None = None) -> None:
 
         try:
             serve_coroutines(sock, first_env, env_fns, handed, AutoresetMode(autoreset_mode),
-                             episode_timeout, started)
+                             episode_timeout, started, max_concurrency)
         finally:
             if in_parent and taker is not None:
                 taker.close()
