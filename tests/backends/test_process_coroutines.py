@@ -4,6 +4,7 @@ cancels that sub-env's coroutine alone), on every event loop of the caller's."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import os
@@ -482,3 +483,53 @@ async def test_max_concurrency_caps_the_sub_envs_at_work_across_workers(
         await envs.step(np.full(6, 0.05))
     inside, peak = counter.read()
     assert inside == 0 and 1 <= peak <= cap, peak
+
+
+class Ticking(WorkerEnv):
+    """Keeps a task of its own running (a keepalive, say), which notes each tick in a file."""
+
+    ticker: asyncio.Task[None]
+
+    async def tick(self, path: str) -> None:
+        while True:
+            with open(path, "a") as file:  # noqa: ASYNC230 (a line, now and then)
+                file.write("tick\n")
+            await anyio.sleep(0.01)
+
+    async def close(self) -> None:
+        self.ticker.cancel()
+
+
+async def _ticking(path: str) -> Ticking:
+    env = Ticking(0)
+    env.ticker = asyncio.get_running_loop().create_task(env.tick(path))
+    return env
+
+
+def _ticks(path: str) -> int:
+    return len(Path(path).read_text().split()) if os.path.exists(path) else 0
+
+
+async def _after_ticks(path: str) -> WorkerEnv:
+    """Made once the other worker's env has ticked 3 times (or 30 s passed)."""
+    with anyio.move_on_after(30):
+        while _ticks(path) < 3:  # noqa: ASYNC110 (another process's doing)
+            await anyio.sleep(0.01)
+    return WorkerEnv(1)
+
+
+async def test_a_workers_loop_runs_on_while_the_others_are_made(
+        anyio_backend: Any, tmp_path: Path, no_leaks: None) -> None:
+    """Worker 0 said hello; worker 1 makes its env only once worker 0's env has ticked:
+    worker 0's loop must keep running until the vector env attaches them both."""
+    path = str(tmp_path / "ticks")
+    made = [functools.partial(_ticking, path), functools.partial(_after_ticks, path)]
+    async with aiovec.AsyncVectorEnv(made, backend="process", num_workers=2) as envs:
+        assert _ticks(path) >= 3
+        await envs.reset()
+
+
+def test_no_workers_is_refused_as_before() -> None:
+    with pytest.raises(ValueError, match="num_workers must be between 1 and 2"):
+        aiovec.AsyncVectorEnv([functools.partial(WorkerEnv, 0)] * 2, backend="process",
+                              num_workers=0, max_concurrency=2)

@@ -119,14 +119,14 @@ class ProcessBackend(Backend):
         self._worker_kind = ANY_KIND if hosts_coroutines else PLAIN
         self.num_workers = workers_within(num_workers, max_concurrency,
                                           default_num_workers(self.num_envs))
+        if not 1 <= self.num_workers <= self.num_envs:
+            raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
+                             f"got {self.num_workers}")
         #: Coroutine workers run their sub-envs at once: each takes its part of the cap
         #: (``max_concurrency`` split over the workers, at least 1 each), so the sum holds it.
         self._caps: list[int | None] = (
             [None] * self.num_workers if max_concurrency is None
             else [len(part) for part in split_into_shares(max_concurrency, self.num_workers)])
-        if not 1 <= self.num_workers <= self.num_envs:
-            raise ValueError(f"num_workers must be between 1 and {self.num_envs}, "
-                             f"got {self.num_workers}")
         self.start_method = start_method or DEFAULT_START_METHOD
         if self.start_method not in START_METHODS:
             raise ValueError(f"unknown start method {self.start_method!r}; "

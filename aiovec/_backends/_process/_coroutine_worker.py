@@ -222,31 +222,18 @@ class _CoroutineHost:
             entries, ["close"] * len(entries))))
         await self._writer.drain()
 
-    async def _attach(self, sock: socket.socket) -> bool:
-        """The parent's first request: ATTACH, whose shared memory block holds the step
-        latencies (this worker's rows are its sub-envs' log) → True; or CLOSE, the start
-        having failed → False, once closed."""
-        head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 1)
-        if not head:
-            raise EOFError("the parent closed the connection")
-        head += recv_exact(sock, HEADER.size - len(head))
-        number, sequence, length = HEADER.unpack(head)
-        payload = recv_exact(sock, length)
-        if Kind(number) is not Kind.ATTACH:
-            for fd in fds:
-                os.close(fd)
-            await self.close_now(sequence, sock)
-            return False
-        layout: BlockLayout = pickle.loads(payload)
+    def _attach(self, sock: socket.socket, sequence: int, payload: bytes, fd: int) -> None:
+        """Map the shared memory block ATTACH carries (``fd``, closed here): this worker's
+        rows of its step latencies are its sub-envs' log."""
         try:
-            self._block = map_block(fds[0], layout.size)
+            layout: BlockLayout = pickle.loads(payload)
+            self._block = map_block(fd, layout.size)
         finally:
-            os.close(fds[0])
+            os.close(fd)
         log = layout.views(self._block).latencies
         share = slice(self.first_env, self.first_env + self.backend.num_envs)
         self.backend.log_latencies(LatencyLog(log.durations[share], log.samples[share]))
         sock.sendall(encode(Kind.REPLY, sequence))
-        return True
 
     async def serve(self, sock: socket.socket, handed: dict[int, Callable[[], Any]]) -> None:
         self._loop = asyncio.get_running_loop()
@@ -270,10 +257,22 @@ class _CoroutineHost:
                     for offset, reply in enumerate(replies)]
             hello = dumps((safe, tally, True))
         sock.sendall(encode(Kind.HELLO, 0, hello))
-        if not await self._attach(sock):  # the start failed: closed before any request
-            return
-        reader, self._writer = await asyncio.open_connection(sock=sock)
         try:
+            # Read in a thread: the sub-envs' own tasks run on meanwhile (the parent sends
+            # ATTACH once every worker said hello).
+            kind, sequence, payload, fd = await self._loop.run_in_executor(
+                None, _first_request, sock)
+            if kind is Kind.ATTACH and fd is not None:
+                self._attach(sock, sequence, payload, fd)
+            elif kind is Kind.CLOSE and not payload:  # a failed start's, as a plain worker's
+                await self.close_now(sequence, sock)
+                return
+            elif kind is not Kind.CLOSE:
+                raise RuntimeError(f"expected ATTACH, got {kind.name}")
+            reader, self._writer = await asyncio.open_connection(sock=sock)
+            if kind is Kind.CLOSE:  # a close that came before ATTACH (it raced a restart)
+                await self.close(sequence, payload)
+                return
             while True:
                 try:
                     header = await reader.readexactly(HEADER.size)
@@ -290,7 +289,8 @@ class _CoroutineHost:
             if not backend.closing_began():  # the parent is gone: close what is left
                 with contextlib.suppress(Exception):
                     await backend.aclose(_CLOSE_TIMEOUT)
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
             self._unmap()
 
     def _unmap(self) -> None:
@@ -302,6 +302,27 @@ class _CoroutineHost:
             with contextlib.suppress(BufferError):  # (a process about to exit anyway)
                 self._block.close()
             self._block = None
+
+
+def _first_request(sock: socket.socket) -> tuple[Kind, int, bytes, int | None]:
+    """The parent's first request after HELLO (blocking) → its kind, sequence, payload and
+    the descriptor an ATTACH carries (any other's is closed)."""
+    head, fds, _, _ = socket.recv_fds(sock, HEADER.size, 1)
+    try:
+        if not head:
+            raise EOFError("the parent closed the connection")
+        head += recv_exact(sock, HEADER.size - len(head))
+        number, sequence, length = HEADER.unpack(head)
+        kind, payload = Kind(number), recv_exact(sock, length)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    if kind is Kind.ATTACH and fds:
+        return kind, sequence, payload, fds[0]
+    for fd in fds:
+        os.close(fd)
+    return kind, sequence, payload, None
 
 
 def serve_coroutines(sock: socket.socket, first_env: int, env_fns: list[Callable[[], Any]],
