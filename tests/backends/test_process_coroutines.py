@@ -20,11 +20,22 @@ import anyio.to_thread
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import aiovec
 from aiovec._backends._process import _backend as process_backend
 from tests.backends_matrix import for_backend
 from tests.core.test_cleanups import directories, directory_envs, record, wait_for_records
+from tests.core.test_differential import (
+    ENV_KINDS,
+    NUM_ENVS,
+    NUM_STEPS,
+    Reference,
+    check_rollout,
+    env_factory,
+    reference,  # noqa: F401 (the fixture: SyncVectorEnv's rollouts)
+    rollout,
+)
 from tests.core.test_limits import (
     GIVE_BACK,
     HOLD_A_WHILE,
@@ -533,3 +544,21 @@ def test_no_workers_is_refused_as_before() -> None:
     with pytest.raises(ValueError, match="num_workers must be between 1 and 2"):
         aiovec.AsyncVectorEnv([functools.partial(WorkerEnv, 0)] * 2, backend="process",
                               num_workers=0, max_concurrency=2)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the loops: the tests above
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.value)
+@pytest.mark.parametrize("kind", ENV_KINDS)
+async def test_coroutine_env_rollouts_on_workers_match_sync_vector_env(
+        anyio_backend: Any, mode: AutoresetMode, kind: str,
+        reference: Reference) -> None:  # noqa: F811 (the fixture)
+    """Gymnasium's envs behind ``AsyncAdapter``, on two coroutine workers: every
+    observation, reward, ending and info as ``SyncVectorEnv``'s, bit for bit, in every
+    autoreset mode (seeds, partial resets and options included)."""
+    seed = 1234 + ENV_KINDS.index(kind)
+    factories = [env_factory(kind, "async")] * NUM_ENVS
+    async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2,
+                                     autoreset_mode=mode) as envs:
+        actual = await rollout(envs.reset, envs.step, envs.action_space, mode, seed,
+                               NUM_STEPS)
+    check_rollout(actual, reference(kind, mode, seed, NUM_STEPS))
