@@ -145,10 +145,21 @@ class _CoroutineHost:
         phases, self._phases = self._phases, []
         self._writer.write(encode(Kind.REPLY, 0, self._reply_payload(entries, phases)))
 
-    def _reply_payload(self, entries: list[tuple[int, int, Any]], phases: list[str]) -> bytes:
+    def _take_tally(self) -> tuple[int, int, int]:
+        """What the parent counts since the last frame: processes ended, cleanups run and
+        cleanups failed."""
         cleanups = self.backend.cleanups
         tally = (self.started.take_ended(), cleanups.run, cleanups.failed)
         cleanups.run = cleanups.failed = 0
+        return tally
+
+    def _closed(self, pending: Pending | None) -> list[Any]:
+        """The close's replies, one per sub-env (none to close: ``None`` each)."""
+        return ([None] * self.backend.num_envs if pending is None
+                else _portable(pending.replies))
+
+    def _reply_payload(self, entries: list[tuple[int, int, Any]], phases: list[str]) -> bytes:
+        tally = self._take_tally()
         try:
             return dumps((entries, tally))
         except Exception:  # a reply that cannot be pickled fails its own sub-env only
@@ -194,11 +205,7 @@ class _CoroutineHost:
         (``_worker._ending_reply``), replies then tally."""
         pending = await self.backend.aclose(_CLOSE_TIMEOUT)
         self.started.end_all()
-        replies = ([None] * self.backend.num_envs if pending is None
-                   else [portable(reply) if type(reply) is Failure else reply
-                         for reply in pending.replies])
-        cleanups = self.backend.cleanups
-        tally = (self.started.take_ended(), cleanups.run, cleanups.failed)
+        replies, tally = self._closed(pending), self._take_tally()
         try:
             frame = encode(Kind.REPLY, sequence, dumps((replies, tally)))
         except Exception:
@@ -212,9 +219,7 @@ class _CoroutineHost:
         assert self._writer is not None
         pending = await self.backend.aclose(pickle.loads(payload))
         self.started.end_all()
-        replies = ([None] * self.backend.num_envs if pending is None
-                   else [portable(reply) if type(reply) is Failure else reply
-                         for reply in pending.replies])
+        replies = self._closed(pending)
         self.flush()
         entries = [(sequence, self.first_env + offset, reply)
                    for offset, reply in enumerate(replies)]
@@ -245,11 +250,7 @@ class _CoroutineHost:
         finally:
             backend.env_fns = env_fns
         await made.wait()
-        replies = [portable(reply) if type(reply) is Failure else reply
-                   for reply in made.replies]
-        cleanups = backend.cleanups
-        tally = (0, cleanups.run, cleanups.failed)
-        cleanups.run = cleanups.failed = 0
+        replies, tally = _portable(made.replies), self._take_tally()
         try:
             hello = dumps((replies, tally, True))
         except Exception:
@@ -302,6 +303,11 @@ class _CoroutineHost:
             with contextlib.suppress(BufferError):  # (a process about to exit anyway)
                 self._block.close()
             self._block = None
+
+
+def _portable(replies: list[Any]) -> list[Any]:
+    """Replies whose failures survive pickling (``_portable.portable``)."""
+    return [portable(reply) if type(reply) is Failure else reply for reply in replies]
 
 
 def _first_request(sock: socket.socket) -> tuple[Kind, int, bytes, int | None]:

@@ -111,41 +111,44 @@ def deliver_replies(backend: ProcessBackend, worker: WorkerHandle, payload: byte
         return
     backend.descendants_reaped += reaped
     backend.cleanups.add(run, failed)
-    owed = worker.owed
     for sequence, env_index, reply in entries:
         if env_index < 0:  # a DISCARD acknowledged
             worker.acknowledged(sequence)
             continue
-        request = owed.get(sequence)
-        if request is None:
-            continue
-        pending, positions = request
-        position = positions.pop(env_index, None)
-        if position is None:
-            continue
-        if not positions:
-            del owed[sequence]
-        pending.deliver(position, reply)
+        owed = _take_owed(worker, sequence, env_index)
+        if owed is not None:
+            pending, position = owed
+            pending.deliver(position, reply)
+
+
+def _take_owed(worker: WorkerHandle, sequence: int,
+               env_index: int) -> tuple[CoroutinePending, int] | None:
+    """Sub-env ``env_index``'s place in request ``sequence``, no longer owed from now on →
+    (the request, the position), or ``None`` if it was not owed (answered, dropped)."""
+    request = worker.owed.get(sequence)
+    if request is None:
+        return None
+    pending, positions = request
+    position = positions.pop(env_index, None)
+    if position is None:
+        return None
+    if not positions:
+        del worker.owed[sequence]
+    return pending, position
 
 
 def give_up_on(worker: WorkerHandle, env_index: int) -> None:
     """Sub-env ``env_index`` of ``worker`` was given up on: each reply it owes fails now."""
-    owed = worker.owed
-    for sequence, (pending, positions) in list(owed.items()):
-        position = positions.pop(env_index, None)
-        if position is None:
-            continue
-        if not positions:
-            del owed[sequence]
-        pending.deliver(position, given_up_reply(env_index, pending.op, GIVEN_UP))
+    for sequence in list(worker.owed):
+        owed = _take_owed(worker, sequence, env_index)
+        if owed is not None:
+            pending, position = owed
+            pending.deliver(position, given_up_reply(env_index, pending.op, GIVEN_UP))
 
 
 def withdraw(worker: WorkerHandle, pending: CoroutinePending, env_index: int) -> bool:
     """A first-ready step aborted: its reply is never read → True if it was still owed."""
-    request = worker.owed.get(pending.sequence)
-    if request is None or request[1].pop(env_index, None) is None:
+    if _take_owed(worker, pending.sequence, env_index) is None:
         return False
-    if not request[1]:
-        del worker.owed[pending.sequence]
     pending.paid()
     return True
