@@ -64,7 +64,8 @@ def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
     report = tmp_path / "agentic_faults.md"
     # The other contenders' SIGKILL trials are the full run's (each waits out its leases).
     subprocess.run([sys.executable, str(BENCHMARKS / "agentic_faults.py"), "--quick",
-                    "--kill-trials", "3", "--kill-trials-others", "0", "--output", str(report)],
+                    "--deadline", "1.25", "--kill-trials", "3", "--kill-trials-others", "0",
+                    "--output", str(report)],
                    capture_output=True, text=True, timeout=400, check=True)
     text = report.read_text()
     rows = next(table for title, table in bench["harness"].read_tables(text).items()
@@ -80,5 +81,6 @@ def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
     assert aiovec["leaked after SIGINT"] == aiovec["leaked after SIGINT, fault-free"] == (
         "0 over 1 runs")
     assert aiovec["leaked after SIGKILL"] == "0 over 3 trials"
+    assert "(1.25 s deadline, 1 retry)" in text  # --deadline: each attempt's deadline
     checks = re.findall(r"^(PASS|MISS|n/a) +faults: ", text, re.M)
-    assert len(checks) == 4 and "n/a" not in checks
+    assert len(checks) == 5 and "n/a" not in checks

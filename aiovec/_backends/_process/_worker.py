@@ -55,11 +55,13 @@ from aiovec._limits._takers import SocketTaker
 
 __all__ = ["HostedEnvs", "Revoked", "WriteGuard", "main", "serve", "worker_main"]
 
-#: After answering, a worker polls for the next request this long (yielding the CPU between
-#: polls) before blocking. On the 2-core CI machines a blocked process takes ~20 µs to wake,
-#: a sizeable share of a CartPole vector step; benchmarks/run.py measured 32 CartPole envs at
-#: 0.86x SyncVectorEnv without the spin and ~1.2x with it. ``AIOVEC_WORKER_SPIN_US`` overrides.
-SPIN_SECONDS = float(os.environ.get("AIOVEC_WORKER_SPIN_US", "200")) * 1e-6
+#: After answering, a worker polls for the next request up to this long (yielding the CPU
+#: between polls) before blocking, while most requests come that soon (``PollWindow``). On
+#: these 2-core VMs waking a blocked worker costs the parent's ``send`` ~100 µs (5 µs to a
+#: polling one), and the parent's turn between two steps (its bookkeeping, the caller's
+#: code) is 100-400 µs: HalfCheetah x 32 measured 1.3-1.7 ms a vector step with a 2 ms
+#: window, 2.1-2.2 ms with the 200 µs one used before. ``AIOVEC_WORKER_SPIN_US`` overrides.
+SPIN_SECONDS = float(os.environ.get("AIOVEC_WORKER_SPIN_US", "1000")) * 1e-6
 
 #: The fewest sub-envs with infos whose infos a worker merges itself. Packed, each key costs
 #: two arrays to pickle and unpickle: dearer than a few small dicts. Measured on 2 cores
@@ -208,8 +210,8 @@ class HostedEnvs:
 
         The parent needs every reply before it can go on, so holding an early reply back
         delays nothing; replies that arrive together wake the parent once, where each reply
-        on its own would wake it again (~20 µs on these VMs). The wait spends the poll that
-        follows a reply anyway (``SPIN_SECONDS``), never more.
+        on its own would wake it again (~20 µs on these VMs). The wait is bounded as a poll
+        for the next request is (``SPIN_SECONDS``), and does not shorten that poll.
         """
         marks = self.step_marks
         if marks is None:
@@ -548,6 +550,51 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+class PollWindow:
+    """When a worker polls for its next request, and how long: ``longest`` seconds after each
+    reply, while at least half the recent requests (a moving average) came within that long.
+
+    Polling is worth its CPU only when the request comes during it: a caller that spends
+    milliseconds between steps (a policy's forward pass, a training phase) would have its
+    workers burn a core each for nothing, and slow the caller down on a machine with no core
+    to spare. The gap of every request is measured, polled for or not, so a worker that
+    stopped polling starts again once the caller's steps come quickly again. A worker that
+    does not poll does not wait for its peers either (``HostedEnvs.finished``): that wait
+    spins as well, and a caller this slow barely notices one more wake-up."""
+
+    __slots__ = ("_clock", "_longest", "_rate", "answered")
+
+    #: The weight of the newest request in the moving average.
+    _WEIGHT = 1 / 8
+
+    def __init__(self, longest: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._longest = longest
+        self._clock = clock
+        self._rate = 1.0  # of requests that came within ``longest``: start by polling
+        #: When the last reply went (``clock``); ``None``: no window is open.
+        self.answered: float | None = None
+
+    @property
+    def polling(self) -> bool:
+        """True while most recent requests came within the window."""
+        return self._rate >= 0.5
+
+    def open(self) -> float | None:
+        """A reply just went: until when to poll for the next request (``None``: block;
+        else a time of ``time.perf_counter``'s, which the clock given must be)."""
+        now = self._clock()
+        self.answered = now
+        return now + self._longest if self._rate >= 0.5 else None
+
+    def arrived(self) -> None:
+        """The next request came: note whether it did so within the window."""
+        if self.answered is None:
+            return
+        soon = self._clock() - self.answered <= self._longest
+        self._rate += (soon - self._rate) * self._WEIGHT
+        self.answered = None
+
+
 def _next_request(sock: socket.socket, header: bytearray,
                   until: float | None) -> tuple[int, int, bytes]:
     """The next request frame: polled until ``until`` (``time.perf_counter``; ``None``: no
@@ -576,20 +623,23 @@ def _next_request(sock: socket.socket, header: bytearray,
 
 def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = True) -> None:
     """The request loop; returns after answering CLOSE. ``poll``: after answering, poll for
-    the next request a while (``SPIN_SECONDS``) before blocking."""
+    the next request a while (``PollWindow``) before blocking."""
     hosted = [slot.env_index for slot in worker.slots]
     spin = SPIN_SECONDS if poll and _POLL_FLAGS and hasattr(os, "sched_yield") else 0
+    window = PollWindow(spin) if spin else None
     header = bytearray(_HEADER_SIZE)
     until: float | None = None
     while True:
         number, sequence, payload = _next_request(sock, header, until)
+        if window is not None:
+            window.arrived()
         if number == Kind.STEP:  # the hot path first
             extras = worker.step(pickle.loads(payload) if payload else None)
             reply = worker.step_reply(sequence, extras)
-            if spin:
-                until = time.perf_counter() + spin
-                worker.finished(sequence, until)
+            if window is not None and window.polling:  # waiting for peers spins too
+                worker.finished(sequence, time.perf_counter() + spin)
             sock.sendall(reply)
+            until = None if window is None else window.open()
             continue
         kind = Kind(number)
         if kind is Kind.STEP_SOME:
@@ -614,7 +664,7 @@ def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = Tr
             return
         else:
             raise RuntimeError(f"unexpected frame {kind.name}")
-        until = time.perf_counter() + spin if spin else None
+        until = None if window is None else window.open()
 
 
 def main(argv: list[str]) -> None:
