@@ -41,7 +41,8 @@ at the window's end, after the SIGINT, after every kill trial).
 Run it (a full run takes about 30 minutes, 8 of them aiovec's 200 kill trials; ``--quick``,
 a smoke run with 1.5 s deadlines, about a minute and a half; ``--deadline 1``, the same
 faults with 1 s deadlines: a hung call costs its slot a tenth as long, so the engine's own
-cost per turn weighs more)::
+cost per turn weighs more; healthy tool calls are then capped at 0.5 s, below the deadline,
+``agentic_faults_workload.under_deadline``)::
 
     .venv/bin/python benchmarks/agentic_faults.py [--quick] [--deadline S] [--repeats N]
         [--seconds S] [--kill-trials K] [--contenders NAME,...] [--scale F]
@@ -72,7 +73,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentic_faults_contenders import CONTENDERS, FaultSample, run_child, spec_for
-from agentic_faults_workload import NO_FAULTS, Faults, fault_limits, p_ok, scaled
+from agentic_faults_workload import (
+    NO_FAULTS,
+    Faults,
+    fault_limits,
+    p_ok,
+    scaled,
+    under_deadline,
+)
 from agentic_workload import Workload
 from async_native_core import HAVE_UVLOOP
 from harness import (
@@ -209,7 +217,8 @@ def kill_trial(contender: str, faults: Faults, loop: str, rng: random.Random) ->
     first leases exist (episodes ending, restarts, leases made and deleted) → leases leaked."""
     ledger = Path(tempfile.mkdtemp(prefix="aiovec-leases-", dir=LEDGERS))
     try:
-        process = _start(spec_for(contender, KILL_WORKLOAD, faults, ledger, "kill", 3600.0,
+        process = _start(spec_for(contender, under_deadline(KILL_WORKLOAD, faults), faults,
+                                  ledger, "kill", 3600.0,
                                   0.0, loop))
         try:
             _until(_lines(process), "READY", 120.0)
@@ -393,13 +402,14 @@ def report(args: argparse.Namespace, names: Sequence[str], workload: Workload,
                    packages=("anyio", "uvloop"),
                    more=[f"load average at start {load:.2f}", f"total runtime: {runtime:.0f} s"])
     if args.quick:
-        lines[2:2] = ["**Smoke run (`--quick`): small, 1.5 s tool deadlines; do not quote its "
-                      "figures.**", ""]
+        lines[2:2] = [f"**Smoke run (`--quick`): small, {faults.tool_deadline:g} s tool "
+                      "deadlines; do not quote its figures.**", ""]
     lines += [f"## Workload: N = {workload.num_slots:,} episodes in flight, B = "
               f"{workload.policy_batch}; faults: {faults.hang:.0%} of tool attempts hang, "
               f"{faults.error:.0%} raise ({faults.tool_deadline:g} s deadline, "
               f"{faults.retries} retry), {faults.create_failure:.1%} of creations fail after "
-              "the sandbox exists", "",
+              "the sandbox exists" + (f"; healthy tool calls capped at {workload.tool_cap:g} s "
+                                      "(below the deadline)" if workload.tool_cap else ""), "",
               f"X* = {bound.x_star:,.1f} episodes/s ({bound.binding}-bound); P(ok) = "
               f"{ok:.4f}; X* · P(ok) = {goal:,.1f} episodes/s:", "",
               *(f"- {line}" for line in bound.lines), "",
@@ -453,14 +463,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         run_child(json.loads(args.child))
         return
-    workload = scaled(QUICK_WORKLOAD if args.quick else WORKLOAD, args.scale)
     faults = QUICK_FAULTS if args.quick else FAULTS
     default_output = RESULTS
     if args.deadline is not None and args.deadline != faults.tool_deadline:
+        if args.deadline <= 0:
+            raise SystemExit(f"--deadline must be positive, not {args.deadline:g}")
         faults = dataclasses.replace(faults, tool_deadline=args.deadline)
         default_output = RESULTS.with_name(f"agentic_faults_deadline_{args.deadline:g}s.md")
         if args.output == RESULTS:
             args.output = default_output
+    workload = under_deadline(scaled(QUICK_WORKLOAD if args.quick else WORKLOAD, args.scale),
+                              faults)
     wanted = {name for name in args.contenders.split(",") if name}
     names = [name for name in CONTENDERS if not wanted or name in wanted]
     load = os.getloadavg()[0]

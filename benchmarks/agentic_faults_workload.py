@@ -32,6 +32,7 @@ from agentic_workload import (
     episode_for,
     limits,
     task_pool,
+    tool_cap,
 )
 
 import aiovec
@@ -54,6 +55,7 @@ __all__ = [
     "provider",
     "scaled",
     "tool_fault",
+    "under_deadline",
 ]
 
 
@@ -109,6 +111,16 @@ def create_fails(faults: Faults, slot: int, k: int, attempt: int) -> bool:
 
 def episode_id(slot: int, k: int) -> int:
     return slot << 32 | k
+
+
+def under_deadline(workload: Workload, faults: Faults) -> Workload:
+    """``workload`` with its tool calls capped at half the deadline where their own cap would
+    reach it (a 1 s deadline, say): a deadline sits above every healthy call, so that only
+    faults miss it (and every episode's truth stays known), with as wide a margin as the
+    smoke run's (1 s calls, 1.5 s deadlines) for a loaded event loop's lag."""
+    if tool_cap(workload) + 0.5 <= faults.tool_deadline:
+        return workload
+    return dataclasses.replace(workload, tool_cap=0.5 * faults.tool_deadline)
 
 
 def episode_truth(workload: Workload, faults: Faults, slot: int, k: int) -> tuple[bool, bool]:

@@ -39,7 +39,7 @@ import aiovec
 
 __all__ = ["ACTION_SPACE", "OBSERVATION_SPACE", "AsyncChatEnv", "ChatEnv", "Episode", "Limits",
            "Messages", "PolicyServer", "Workload", "episode_for", "episode_stream", "limits",
-           "slot_episodes", "task_pool", "tool_call"]
+           "slot_episodes", "task_pool", "tool_call", "tool_cap"]
 
 Messages = tuple[dict[str, str], ...]
 
@@ -59,6 +59,7 @@ class Workload:
     max_turns: int = 16
     tool_median: float = 0.050  # seconds; lognormal, capped at TOOL_CAP_MEDIANS medians
     tool_sigma: float = 1.0
+    tool_cap: float | None = None  # seconds: another cap than TOOL_CAP_MEDIANS medians
     tool_cpu: float = 0.0  # seconds of pure Python per tool call
     policy_base: float = 0.010  # a: seconds per batch...
     policy_per_request: float = 0.0001  # ...+ b per request in it
@@ -121,6 +122,13 @@ class TaskPool:
         return len(self.turns)
 
 
+def tool_cap(workload: Workload) -> float:
+    """The longest a tool call of ``workload`` takes (seconds)."""
+    if workload.tool_cap is not None:
+        return workload.tool_cap
+    return TOOL_CAP_MEDIANS * workload.tool_median
+
+
 @functools.lru_cache(maxsize=4)
 def task_pool(workload: Workload) -> TaskPool:
     """The workload's tasks, drawn from its seed (cached: each process draws them once)."""
@@ -130,7 +138,7 @@ def task_pool(workload: Workload) -> TaskPool:
     shape = (size, workload.group_size, workload.max_turns)
     if workload.tool_median:
         waits = np.minimum(rng.lognormal(math.log(workload.tool_median), workload.tool_sigma,
-                                         shape), TOOL_CAP_MEDIANS * workload.tool_median)
+                                         shape), tool_cap(workload))
     else:  # tool calls that only compute
         waits = np.zeros(shape)
     return TaskPool([int(t) for t in turns], waits)

@@ -64,7 +64,7 @@ def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
     report = tmp_path / "agentic_faults.md"
     # The other contenders' SIGKILL trials are the full run's (each waits out its leases).
     subprocess.run([sys.executable, str(BENCHMARKS / "agentic_faults.py"), "--quick",
-                    "--deadline", "1.25", "--kill-trials", "3", "--kill-trials-others", "0",
+                    "--deadline", "1", "--kill-trials", "3", "--kill-trials-others", "0",
                     "--output", str(report)],
                    capture_output=True, text=True, timeout=400, check=True)
     text = report.read_text()
@@ -81,6 +81,23 @@ def test_a_smoke_run_reports_every_contender_and_aiovec_leaks_nothing(
     assert aiovec["leaked after SIGINT"] == aiovec["leaked after SIGINT, fault-free"] == (
         "0 over 1 runs")
     assert aiovec["leaked after SIGKILL"] == "0 over 3 trials"
-    assert "(1.25 s deadline, 1 retry)" in text  # --deadline: each attempt's deadline
+    # --deadline: each attempt's deadline, the healthy calls capped below it.
+    assert "(1 s deadline, 1 retry)" in text and "tool calls capped at 0.5 s" in text
     checks = re.findall(r"^(PASS|MISS|n/a) +faults: ", text, re.M)
     assert len(checks) == 5 and "n/a" not in checks
+
+
+def test_a_deadline_near_the_tools_cap_caps_the_healthy_calls_below_it(
+        bench: dict[str, ModuleType]) -> None:
+    """A 1 s deadline would race the workload's 1 s calls (20 medians of 50 ms): only faults
+    may miss a deadline, so the calls are capped at half of it; 10 s leaves them alone."""
+    workload_module, faults_module = bench["agentic_workload"], bench["agentic_faults_workload"]
+    workload = workload_module.Workload(num_groups=4)
+    assert workload_module.tool_cap(workload) == 1.0
+    ten = faults_module.Faults()
+    assert faults_module.under_deadline(workload, ten) is workload
+    one = faults_module.Faults(tool_deadline=1.0)
+    capped = faults_module.under_deadline(workload, one)
+    assert capped.tool_cap == 0.5
+    waits = workload_module.task_pool(capped).waits
+    assert waits.max() == 0.5 and (waits < workload_module.task_pool(workload).waits).any()

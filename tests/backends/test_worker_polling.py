@@ -5,12 +5,16 @@ workers burn a core each."""
 from __future__ import annotations
 
 import os
+import time
 
 import anyio
+import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import aiovec
-from aiovec._backends._process._worker import SPIN_SECONDS, PollWindow
+from aiovec._backends._process._worker import SPIN_SECONDS, HostedEnvs, PollWindow
+from aiovec._backends._process_tree import NoProcessTracking
 from tests.envs import PidEnv, worker_pids
 
 
@@ -71,6 +75,25 @@ def test_a_request_with_no_window_open_is_not_counted() -> None:
     assert window.open() is not None
 
 
+def _hosting(first_env: int, marks: np.ndarray, peer: int) -> HostedEnvs:
+    worker = HostedEnvs(first_env, [], AutoresetMode.NEXT_STEP, started=NoProcessTracking())
+    worker.step_marks, worker.peer_rows = marks, (peer,)
+    return worker
+
+
+def test_a_worker_that_does_not_poll_still_marks_its_steps_for_its_peers() -> None:
+    """Workers decide to poll each on its own: one that does not must not leave a polling
+    peer waiting out its whole window for a mark that never comes, step after step."""
+    marks = np.zeros(4, dtype=np.int64)
+    polling, blocking = _hosting(0, marks, 2), _hosting(2, marks, 0)
+    blocking.finished(7, None)  # not polling: marks, and does not wait
+    assert marks[2] == 7 and marks[0] == 0
+    started = time.perf_counter()
+    polling.finished(7, started + 60.0)  # its peer's mark is there: no wait
+    assert time.perf_counter() - started < 30.0
+    assert marks[0] == 7
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
@@ -80,8 +103,9 @@ def _cpu_seconds(pid: int) -> float:
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 @pytest.mark.anyio
 async def test_workers_of_a_slow_caller_do_not_spin(no_leaks: None) -> None:
-    steps, gap = 300, 0.005  # the caller's own work between steps: 5 windows long
-    assert gap >= 5 * SPIN_SECONDS
+    if not SPIN_SECONDS:
+        pytest.skip("AIOVEC_WORKER_SPIN_US=0: workers never poll")
+    steps, gap = 300, 5 * SPIN_SECONDS  # the caller's own pace: 5 windows between steps
     async with aiovec.AsyncVectorEnv([PidEnv] * 4, backend="process", num_workers=2) as envs:
         await envs.reset(seed=0)
         pids = set(await worker_pids(envs))

@@ -59,8 +59,11 @@ __all__ = ["HostedEnvs", "Revoked", "WriteGuard", "main", "serve", "worker_main"
 #: between polls) before blocking, while most requests come that soon (``PollWindow``). On
 #: these 2-core VMs waking a blocked worker costs the parent's ``send`` ~100 µs (5 µs to a
 #: polling one), and the parent's turn between two steps (its bookkeeping, the caller's
-#: code) is 100-400 µs: HalfCheetah x 32 measured 1.3-1.7 ms a vector step with a 2 ms
-#: window, 2.1-2.2 ms with the 200 µs one used before. ``AIOVEC_WORKER_SPIN_US`` overrides.
+#: code) is 100-400 µs. With the 200 µs window used before, HalfCheetah x 32's workers
+#: blocked before almost every step (the parent's sends cost 84-124 µs each, 6.5-11 with this
+#: window).
+#: While polling, a step may spin twice this long: waiting for peers, then for the next
+#: request. ``AIOVEC_WORKER_SPIN_US`` overrides (0: never poll).
 SPIN_SECONDS = float(os.environ.get("AIOVEC_WORKER_SPIN_US", "1000")) * 1e-6
 
 #: The fewest sub-envs with infos whose infos a worker merges itself. Packed, each key costs
@@ -204,19 +207,23 @@ class HostedEnvs:
         if wait_for_peers and len(layout.hosts) <= _usable_cpus():
             self.peer_rows = tuple(row for row in layout.hosts if row != self.first_env)
 
-    def finished(self, sequence: int, until: float) -> None:
-        """Mark full step ``sequence`` done here, then wait (polling, yielding the CPU) until
-        every other worker has marked it too, or until ``until``.
+    def finished(self, sequence: int, until: float | None) -> None:
+        """Mark full step ``sequence`` done here; then, unless ``until`` is ``None``, wait
+        (polling, yielding the CPU) until every other worker has marked it too, or until
+        ``until``.
 
         The parent needs every reply before it can go on, so holding an early reply back
         delays nothing; replies that arrive together wake the parent once, where each reply
         on its own would wake it again (~20 µs on these VMs). The wait is bounded as a poll
-        for the next request is (``SPIN_SECONDS``), and does not shorten that poll.
+        for the next request is (``SPIN_SECONDS``), and does not shorten that poll. A worker
+        that does not wait still marks: its peers may be waiting for it.
         """
         marks = self.step_marks
         if marks is None:
             return
         marks[self.first_env] = sequence
+        if until is None:
+            return
         for row in self.peer_rows:
             while marks[row] != sequence:
                 if time.perf_counter() >= until:
@@ -560,7 +567,8 @@ class PollWindow:
     to spare. The gap of every request is measured, polled for or not, so a worker that
     stopped polling starts again once the caller's steps come quickly again. A worker that
     does not poll does not wait for its peers either (``HostedEnvs.finished``): that wait
-    spins as well, and a caller this slow barely notices one more wake-up."""
+    spins as well, and a caller this slow barely notices one more wake-up. It still marks
+    its steps done, for peers that do wait."""
 
     __slots__ = ("_clock", "_longest", "_rate", "answered")
 
@@ -636,8 +644,9 @@ def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = Tr
         if number == Kind.STEP:  # the hot path first
             extras = worker.step(pickle.loads(payload) if payload else None)
             reply = worker.step_reply(sequence, extras)
-            if window is not None and window.polling:  # waiting for peers spins too
-                worker.finished(sequence, time.perf_counter() + spin)
+            if window is not None:  # waiting for peers spins too: only while polling
+                worker.finished(sequence,
+                                time.perf_counter() + spin if window.polling else None)
             sock.sendall(reply)
             until = None if window is None else window.open()
             continue
