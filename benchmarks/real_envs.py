@@ -515,7 +515,8 @@ def main() -> None:
         if wanted - known:
             parser.error(f"unknown cells {sorted(wanted - known)}; known: {sorted(known)}")
         cells = [(w, n) for w, n in cells if f"{w}-{n}".lower() in wanted]
-    full = not args.quick and cells == CELLS and sections == everything
+    # Contenders left out make a partial run too: its report would lack their rows.
+    full = not args.quick and cells == CELLS and sections == everything and not args.skip
     output = args.output or (RESULTS if full else None)  # a partial run keeps the full report
     names = [RAW, LIMIT, SYNC, GYM_ASYNC, ENVPOOL, AWAIT_PROCESS, AWAIT_PARENT, AWAIT_AUTO,
              SHIM_PROCESS, SHIM_PARENT, SHIM_AUTO, SHIM_LOOP]
