@@ -592,7 +592,7 @@ class PollWindow:
         else a time of ``time.perf_counter``'s, which the clock given must be)."""
         now = self._clock()
         self.answered = now
-        return now + self._longest if self._rate >= 0.5 else None
+        return now + self._longest if self.polling else None
 
     def arrived(self) -> None:
         """The next request came: note whether it did so within the window."""
