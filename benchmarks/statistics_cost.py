@@ -79,7 +79,7 @@ def time_inline(steps: int, num_envs: int, warmup: int, *, timing: bool,
     async def run() -> float:
         async with aiovec.AsyncVectorEnv([cartpole] * num_envs, backend="inline") as envs:
             if not timing:
-                for slot in envs._backend._slots:  # type: ignore[attr-defined]
+                for slot in envs._engine.backend._slots:  # type: ignore[attr-defined]
                     slot.step_timer = None
             await envs.reset(seed=0)
             actions = np.zeros(num_envs, np.int64)

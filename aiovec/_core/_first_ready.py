@@ -21,8 +21,8 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from gymnasium import Space
@@ -30,8 +30,9 @@ from gymnasium import Space
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._batching import take_rows
 from aiovec._core._requests import NO_REPLY
+from aiovec._exceptions import NothingSentError
 
-__all__ = ["REFUSED", "FirstReady", "QueuedSend", "Restarted", "StepBatch"]
+__all__ = ["REFUSED", "FirstReady", "QueuedSend", "Restarted", "StepBatch", "received_batches"]
 
 #: The phase of the failure a queued send's sub-envs get when the backend refuses its actions
 #: at dispatch (say, one that does not pickle): the caller's mistake, as when ``send`` raises
@@ -250,3 +251,20 @@ class FirstReady:
         ready = self.ready
         for env_index in env_ids:
             ready.pop(env_index, None)
+
+
+Batch = TypeVar("Batch")
+
+
+async def received_batches(receive: Callable[[], Awaitable[Batch]],
+                           owing: Callable[[], bool]) -> AsyncIterator[Batch]:
+    """``batches``: ``receive()`` while ``owing()``; the end, quietly, when what was left
+    was aborted while it waited."""
+    while owing():
+        try:
+            batch = await receive()
+        except NothingSentError:
+            if owing():
+                raise
+            return
+        yield batch

@@ -1,7 +1,7 @@
 """Which sub-envs can step: the one place that keeps "this sub-env needs a reset".
 
 A sub-env moves between these states (the vector env's own lifecycle, created → running →
-closed, is ``_vector_env._State``)::
+closed, is ``_engine.State``)::
 
                  reset ok                       step / recv ok
       NEEDS  ─────────────────▶  READY  ◀──────────────────────┐

@@ -17,22 +17,18 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._arguments import check_count, check_env_fns, check_recv_bounds, check_timeout
 from aiovec._core._async_env import AsyncEnv, CoroutineEnvError
-from aiovec._core._engine import BoolArray, PausedStep, State, StepResult
+from aiovec._core._engine import BoolArray, Engine, PausedStep, State, StepResult
 from aiovec._core._exit import close_at_exit, join_at_exit
 from aiovec._core._failures import error_group
-from aiovec._core._first_ready import FirstReady, StepBatch
-from aiovec._core._first_ready_calls import FirstReadyCalls, received_batches
-from aiovec._core._health import Health
+from aiovec._core._first_ready import StepBatch, received_batches
 from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeout, checked_timeout
-from aiovec._core._observations import check_out
 from aiovec._core._options import AsyncVectorOptions, takes_options, with_defaults
-from aiovec._core._recovery import Recovery
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._seeding import per_env_seeds, split_reset_mask
 from aiovec._core._selection import COROUTINE_ENVS_FOUND, BackendSelection
 from aiovec._core._spaces import VectorSpaces, check_observation_mode, resolve_spaces
-from aiovec._core._statistics import Counters, LatencySummary, Statistics, StepCounts
+from aiovec._core._statistics import LatencySummary, Statistics
 from aiovec._exceptions import BusyError, NotStartedError, SubEnvErrorGroup
 from aiovec._limits._shared import SharedLimits
 
@@ -47,7 +43,7 @@ __all__ = ["AsyncVectorEnv", "EnvFactory", "StepResult"]
 EnvFactory = Callable[[], "gym.Env[Any, Any] | AsyncEnv[Any, Any] | Awaitable[AsyncEnv[Any, Any]]"]
 
 
-class AsyncVectorEnv(FirstReadyCalls):
+class AsyncVectorEnv:
     """Runs ``len(env_fns)`` sub-envs concurrently behind an awaitable, Gymnasium-shaped API.
 
     ``reset``, ``step``, ``call``, ``get_attr``, ``set_attr`` and ``render`` are coroutines
@@ -99,13 +95,10 @@ class AsyncVectorEnv(FirstReadyCalls):
         observation_mode = given["observation_mode"]
         check_observation_mode(observation_mode)
         self.num_envs: int = len(env_fns)
-        self.autoreset_mode = AutoresetMode(given["autoreset_mode"])
-        self.copy = given["copy"]
-        self.timeout = check_timeout(given["timeout"], "timeout")
+        autoreset_mode = AutoresetMode(given["autoreset_mode"])
+        timeout = check_timeout(given["timeout"], "timeout")
         self.close_timeout = check_timeout(given["close_timeout"], "close_timeout") or math.inf
         self.observation_mode = observation_mode
-        #: Every action is checked against the action space before it is sent.
-        self.validate_actions = bool(given["validate_actions"])
         #: How many results ``recv`` returns by default (first-ready batches).
         self.batch_size: int = (check_count(given["batch_size"], "batch_size", self.num_envs)
                                 or self.num_envs)
@@ -119,25 +112,53 @@ class AsyncVectorEnv(FirstReadyCalls):
             "address": given["address"], "actor_options": given["actor_options"],
             "limits": self._limits or None,
             "episode_timeout": check_timeout(given["episode_timeout"], "episode_timeout")}
+        max_in_flight = check_count(given["max_in_flight"], "max_in_flight")
         self._selection = BackendSelection(given["backend"], env_fns, backend_options,
-                                           self.autoreset_mode)
-        self._max_in_flight = check_count(given["max_in_flight"], "max_in_flight")
+                                           autoreset_mode)
+        #: Carries every call, and holds the vector env's state.
+        self._engine = Engine(
+            self.num_envs, autoreset_mode, self._selection.make(),
+            RestartPolicy.coerce(given["restart"]), copy=given["copy"], timeout=timeout,
+            validate_actions=bool(given["validate_actions"]), max_in_flight=max_in_flight)
         self.spec: gym.envs.registration.EnvSpec | None = None
-        self._state = State.CREATED
-        self._in_flight: InFlight | None = None
         self._metadata: dict[str, Any] = {}
         self._render_mode: str | None = None
         self._spaces: VectorSpaces | None = None
-        self._counters = Counters()
-        self._step_counts = StepCounts(self.num_envs)
-        self._health = Health(self.num_envs)
-        self._recovery = Recovery(self._selection.make(), RestartPolicy.coerce(given["restart"]),
-                                  self.num_envs, self._counters, self._health)
         self._final_latency: tuple[LatencySummary, ...] | None = None
-        self._first_ready: FirstReady | None = None
-        #: Sub-envs restarted along with another one while not stepping: their next result
-        #: carries ``infos["restart"]``.
-        self._restart_notes: dict[int, str] = {}
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        """How a sub-env whose episode ended starts the next one (Gymnasium's modes)."""
+        return self._engine.autoreset_mode
+
+    @property
+    def validate_actions(self) -> bool:
+        """Every action is checked against the action space before it is sent; settable
+        until start (the checks are set up then)."""
+        return self._engine.validate_actions
+
+    @validate_actions.setter
+    def validate_actions(self, value: bool) -> None:
+        self._engine.validate_actions = bool(value)
+
+    @property
+    def timeout(self) -> float | None:
+        """The default deadline of every call, in seconds (``None``: none); settable."""
+        return self._engine.timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._engine.timeout = check_timeout(value, "timeout")
+
+    @property
+    def copy(self) -> bool:
+        """Observations returned are copies of the batch arrays (else views, overwritten by
+        the next call); settable."""
+        return self._engine.copy
+
+    @copy.setter
+    def copy(self, value: bool) -> None:
+        self._engine.copy = value
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -149,19 +170,20 @@ class AsyncVectorEnv(FirstReadyCalls):
         is closed again and the error is raised; the vector env is then closed.
         """
         timeout = check_timeout(timeout, "timeout")
-        if self._state is State.RUNNING:
+        engine = self._engine
+        if engine.state is State.RUNNING:
             return
-        self._check_not_closed("start")
-        if self._state is State.STARTING or self._in_flight is not None:
+        engine.check_not_closed("start")
+        if engine.state is State.STARTING or engine.in_flight is not None:
             raise BusyError("another task is already starting this vector env")
-        self._state = State.STARTING
+        engine.state = State.STARTING
         try:
             if await self._selection.settle(self.num_envs, self.timeout):
-                self._recovery.backend = self._selection.make()
+                engine.backend = self._selection.make()
         finally:
-            if self._state is State.STARTING:  # else another task's aclose closed it
-                self._state = State.CREATED
-        self._check_not_closed("start")
+            if engine.state is State.STARTING:  # else another task's aclose closed it
+                engine.state = State.CREATED
+        engine.check_not_closed("start")
         try:
             await self._start(timeout)
         except SubEnvErrorGroup as error:
@@ -170,8 +192,8 @@ class AsyncVectorEnv(FirstReadyCalls):
                             for sub_error in error.exceptions)):
                 raise
             self._selection.switch(COROUTINE_ENVS_FOUND)
-            self._recovery.backend = self._selection.make()
-            self._state = State.CREATED
+            engine.backend = self._selection.make()
+            engine.state = State.CREATED
             await self._start(timeout)
 
     @property
@@ -185,32 +207,33 @@ class AsyncVectorEnv(FirstReadyCalls):
         return self._selection.reason
 
     async def _start(self, timeout: float | None) -> None:
-        self._state = State.STARTING
+        engine = self._engine
+        engine.state = State.STARTING
         self._start_failed_alone = False
         try:
             self._limits.open()
-            pending = await self._backend.start()
-            self._in_flight = InFlight("start", Op.MAKE, pending.env_indices, (), pending)
-            descriptions: list[EnvDescription] = await self._collect_start(self._in_flight,
-                                                                           timeout)
+            pending = await engine.backend.start()
+            engine.in_flight = InFlight("start", Op.MAKE, pending.env_indices, (), pending)
+            descriptions: list[EnvDescription] = await engine.collect_start(engine.in_flight,
+                                                                            timeout)
             self._spaces = resolve_spaces(self.observation_mode, descriptions)
-            buffers = await self._backend.attach(self._spaces)
+            buffers = await engine.backend.attach(self._spaces)
         except BaseException:
-            self._in_flight = None
-            if self._state is not State.CLOSED:  # else another task's aclose closed it all
-                self._state = State.CLOSED
+            engine.in_flight = None
+            if engine.state is not State.CLOSED:  # else another task's aclose closed it all
+                engine.state = State.CLOSED
                 self._start_failed_alone = True
                 with anyio.CancelScope(shield=True):
-                    await self._backend.aclose(self.close_timeout)
+                    await engine.backend.aclose(self.close_timeout)
                 self._limits.close()
             raise
-        self._in_flight = None
-        self._open_first_ready()
+        engine.in_flight = None
+        engine.open_first_ready()
         self._metadata = dict(descriptions[0].metadata)
         self._metadata["autoreset_mode"] = self.autoreset_mode
         self._render_mode = descriptions[0].render_mode
-        self._allocate_buffers(self._spaces, buffers)
-        self._state = State.RUNNING
+        engine.allocate_buffers(self._spaces, buffers)
+        engine.state = State.RUNNING
         close_at_exit(self)
 
     async def aclose(self) -> None:
@@ -219,19 +242,13 @@ class AsyncVectorEnv(FirstReadyCalls):
         Raises ``SubEnvErrorGroup`` if a sub-env's ``close`` raised (after everything else
         has been released).
         """
-        if self._state is State.CLOSED:
+        engine = self._engine
+        if engine.state is State.CLOSED:
             return
         self._final_latency = self._latency_summaries()
-        self._state = State.CLOSED
-        if self._in_flight is not None and self._in_flight.pending is not None:
-            self._in_flight.pending.abort()  # its task wakes up to a ClosedError
-        self._in_flight = None
-        self._signal_changed()  # a recv waiting for a call to end wakes up to a ClosedError
-        if self._first_ready is not None:
-            self._first_ready.arrivals.wake()  # a waiting recv wakes up to a ClosedError
-        self._drop_buffers()
+        engine.close()
         with anyio.CancelScope(shield=True):
-            pending = await self._backend.aclose(self.close_timeout)
+            pending = await engine.backend.aclose(self.close_timeout)
         self._limits.close()
         if pending is not None and pending.failures():
             raise error_group("close", pending.failures())
@@ -254,18 +271,20 @@ class AsyncVectorEnv(FirstReadyCalls):
         For when no loop can run ``aclose`` (interpreter shutdown, ``__del__``); sub-envs'
         ``close`` may not run and its errors are not reported. Prefer ``aclose``.
         """
-        if self._state is not State.CLOSED:
-            self._state = State.CLOSED
-            self._drop_buffers()  # else the shared memory stays mapped (and its descriptor)
-            self._backend.close_nowait()
+        engine = self._engine
+        if engine.state is not State.CLOSED:
+            engine.state = State.CLOSED
+            engine.drop_buffers()  # else the shared memory stays mapped (and its descriptor)
+            engine.backend.close_nowait()
             self._limits.close()
             # Threads of this process closing sub-envs run cleanups already claimed from the
             # keeper: exit waits for them.
-            join_at_exit(self._backend.closing_threads(), self.close_timeout)
+            join_at_exit(engine.backend.closing_threads(), self.close_timeout)
 
     def __del__(self) -> None:
         # Never started: nothing to release, nothing to warn about.
-        if getattr(self, "_state", State.CLOSED) not in (State.CLOSED, State.CREATED):
+        engine = self.__dict__.get("_engine")
+        if engine is not None and engine.state not in (State.CLOSED, State.CREATED):
             self._close_unclosed()
 
     def _close_unclosed(self) -> None:
@@ -275,33 +294,34 @@ class AsyncVectorEnv(FirstReadyCalls):
     @property
     def closed(self) -> bool:
         """True once ``aclose`` has run (or start failed)."""
-        return self._state is State.CLOSED
+        return self._engine.state is State.CLOSED
 
     def __repr__(self) -> str:
-        stepping = "" if self._in_flight is None else f", {self._in_flight.operation} in flight"
-        return (f"<{type(self).__name__} {self.num_envs} envs, {self._backend.describe()}, "
-                f"{self._state.value}{stepping}>")
+        engine = self._engine
+        stepping = "" if engine.in_flight is None else f", {engine.in_flight.operation} in flight"
+        return (f"<{type(self).__name__} {self.num_envs} envs, {engine.backend.describe()}, "
+                f"{engine.state.value}{stepping}>")
 
     # ------------------------------------------------------------------ observability
 
     def statistics(self) -> Statistics:
         """Counters since creation, and each sub-env's exact step count and sampled recent
         step latency (``LatencySummary`` says how); cheap: no I/O."""
-        counters = self._counters
+        engine = self._engine
+        counters, backend = engine.counters, engine.backend
         return Statistics(
             steps=counters.steps, resets=counters.resets, errors=counters.errors,
             timeouts=counters.timeouts, restarts=counters.restarts,
-            abandoned_threads=self._backend.abandoned_threads(),
+            abandoned_threads=backend.abandoned_threads(),
             step_latency=self._final_latency or self._latency_summaries(),
-            descendants_reaped=self._backend.descendants_reaped,
-            cleanups_run=self._backend.cleanups.run,
-            cleanups_failed=self._backend.cleanups.failed,
+            descendants_reaped=backend.descendants_reaped,
+            cleanups_run=backend.cleanups.run, cleanups_failed=backend.cleanups.failed,
             backend=self.backend_name, backend_reason=self.backend_reason,
             aborts=counters.aborts, limits=self._limits.usage(),
-            episodes=self._recovery.episodes.counts())
+            episodes=engine.recovery.episodes.counts())
 
     def _latency_summaries(self) -> tuple[LatencySummary, ...]:
-        latencies, counts = self._backend.latencies, self._step_counts
+        latencies, counts = self._engine.backend.latencies, self._engine.step_counts
         if latencies is None:  # not started yet, or a backend that does not time steps (Ray)
             return tuple(LatencySummary(counts[index], math.nan, math.nan, math.nan)
                          for index in range(self.num_envs))
@@ -311,20 +331,20 @@ class AsyncVectorEnv(FirstReadyCalls):
     def unusable_envs(self) -> tuple[int, ...]:
         """Sub-envs that cannot step until reset: never reset, failed, timed out, died, cut
         short by a cancelled call, or (autoreset disabled) done. ``reset`` recovers them."""
-        if self._state is not State.RUNNING:
+        if self._engine.state is not State.RUNNING:
             return tuple(range(self.num_envs))
-        return tuple(self._health.needing_reset())
+        return tuple(self._engine.health.needing_reset())
 
     @property
     def restart_policy(self) -> RestartPolicy | None:
         """The restart policy, or ``None`` (errors are raised)."""
-        return self._restart_policy
+        return self._engine.restart_policy
 
     # ------------------------------------------------------------------ attributes
 
     def _running_spaces(self) -> VectorSpaces:
         if self._spaces is None:
-            self._check_not_closed("read the spaces of")
+            self._engine.check_not_closed("read the spaces of")
             raise NotStartedError("the spaces are known once the sub-envs run: use `async with "
                                   "envs:` or `await envs.start()` (or `await envs.reset()`) first")
         return self._spaces
@@ -365,10 +385,10 @@ class AsyncVectorEnv(FirstReadyCalls):
     def np_random_seed(self) -> tuple[int | None, ...]:
         """Each sub-env's ``np_random_seed``: live for in-process backends, else as of its last
         explicit ``reset`` (``None`` before one; ``await get_attr(...)`` reads it live)."""
-        if self._backend.in_process:
+        if self._engine.backend.in_process:
             return tuple(self._local_attr("np_random_seed"))
         self._running_spaces()
-        return tuple(self._results.np_random_seeds)
+        return tuple(self._engine.results.np_random_seeds)
 
     @property
     def np_random(self) -> tuple[np.random.Generator, ...]:
@@ -377,10 +397,10 @@ class AsyncVectorEnv(FirstReadyCalls):
 
     def _local_attr(self, name: str) -> list[Any]:
         self._running_spaces()
-        if not self._backend.in_process:
+        if not self._engine.backend.in_process:
             raise AttributeError(f"use `await envs.get_attr({name!r})` with the "
                                  f"{self.backend_name} backend")
-        return [self._backend.local_env(index).get_wrapper_attr(name)
+        return [self._engine.backend.local_env(index).get_wrapper_attr(name)
                 for index in range(self.num_envs)]
 
     # ------------------------------------------------------------------ the API
@@ -402,7 +422,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         """
         timeout = checked_timeout(timeout)
         in_flight = await self._submit_reset(seed, options, out)
-        return await self._finish_reset(in_flight, timeout)
+        return await self._engine.finish_reset(in_flight, timeout)
 
     async def step(
         self, actions: Any, *, timeout: Timeout = USE_DEFAULT, out: Any = None
@@ -416,35 +436,24 @@ class AsyncVectorEnv(FirstReadyCalls):
         refused (``TypeError``/``ValueError``) before any sub-env is sent anything.
         """
         timeout = checked_timeout(timeout)
-        in_flight = self._submit_step_now(actions, out)
-        if not self._backend.serves_in_caller:
-            return await self._finish_step(in_flight, timeout)
+        engine = self._engine
+        in_flight = engine.submit_step(actions, out)
+        if not engine.backend.serves_in_caller:
+            return await engine.finish_step(in_flight, timeout)
         try:  # the one await (as on every backend): a step cancelled here touched nothing
             await anyio.lowlevel.checkpoint()
         except BaseException:
-            self._release(in_flight)
+            engine.release(in_flight)
             raise
-        outcome = self._step_now(in_flight, timeout)
+        outcome = engine.step_now(in_flight, timeout)
         if isinstance(outcome, PausedStep):
             return await outcome.resume()
         return outcome
 
-    def _step_here(self, actions: Any, out: Any = None) -> StepResult | PausedStep:
-        """``step`` with no event loop, for the sync shim, where ``_steps_here``: see
-        ``_engine.Engine._step_now``."""
-        return self._step_now(self._submit_step_now(actions, out, served_now=True),
-                              USE_DEFAULT)
-
-    @property
-    def _steps_here(self) -> bool:
-        """True when a step can run in the calling thread with no event loop (the backend
-        ``waits_in_caller``, once started)."""
-        return self._state is State.RUNNING and self._backend.waits_in_caller
-
     async def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable) → the results."""
         in_flight = await self._submit_call(name, args, kwargs)
-        return await self._finish_call(in_flight, USE_DEFAULT)
+        return await self._engine.finish_call(in_flight, USE_DEFAULT)
 
     async def get_attr(self, name: str) -> tuple[Any, ...]:
         """Read attribute ``name`` of every sub-env (through its wrappers)."""
@@ -459,10 +468,11 @@ class AsyncVectorEnv(FirstReadyCalls):
                              f"environments. Got `{len(values)}` values for {self.num_envs} "
                              "environments.")
         await self._ensure_started()
-        self._claim("set_attr")
+        engine = self._engine
+        engine.claim("set_attr")
         payloads = [(name, value) for value in values]
-        in_flight = self._submit(Op.SET_ATTR, "set_attr", self._all_envs, payloads)
-        await self._finish_call(in_flight, USE_DEFAULT)
+        in_flight = engine.submit(Op.SET_ATTR, "set_attr", engine.all_envs, payloads)
+        await engine.finish_call(in_flight, USE_DEFAULT)
 
     async def render(self) -> tuple[Any, ...]:
         """Each sub-env's rendered frame."""
@@ -481,7 +491,7 @@ class AsyncVectorEnv(FirstReadyCalls):
         sent a second action before its result was received, and ``step`` refuses to run
         while results are owed (both ``BusyError``).
         """
-        self._submit_some(actions, env_ids, timeout)
+        self._engine.send(actions, env_ids, timeout)
 
     async def recv(self, *, batch_size: int | None = None, min_size: int | None = None,
                    wait: float | None = None) -> StepBatch:
@@ -500,10 +510,10 @@ class AsyncVectorEnv(FirstReadyCalls):
         A failed, timed-out or restarted sub-env is reported as ``step`` reports it, the
         batch's healthy results on the error as ``partial_result``.
         """
-        self._check_not_closed("recv")
+        self._engine.check_not_closed("recv")
         bounds = check_recv_bounds(batch_size, min_size, wait,
                                    default_batch_size=self.batch_size, num_envs=self.num_envs)
-        return await self._recv_some(bounds)
+        return await self._engine.recv(bounds)
 
     async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
                       wait: float | None = None) -> AsyncIterator[StepBatch]:
@@ -517,8 +527,44 @@ class AsyncVectorEnv(FirstReadyCalls):
                           num_envs=self.num_envs)
         async for batch in received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
-                                  wait=wait), lambda: bool(self._first_ready)):
+                                  wait=wait), self._engine.owing):
             yield batch
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """At most this many sub-envs step at once among first-ready sends (``None``: no
+        cap); settable at any time.
+
+        Sends past it wait in a queue, in send order, and are dispatched as results land.
+        Raising the cap dispatches at once; lowering it lets the running steps finish. A
+        queued sub-env owes a result (``recv`` returns it, ``send`` refuses it) and its
+        ``timeout`` starts when its step is dispatched. An aborted step the backend cannot
+        stop (thread, process, Ray) counts until it ends, so the cap bounds the steps that
+        really run (``num_stepping``). ``max_concurrency``, by contrast, caps every call
+        inside the backend and counts waiting for a turn in the timeout.
+        """
+        return self._engine.max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int | None) -> None:
+        self._engine.max_in_flight = value
+
+    @property
+    def num_stepping(self) -> int:
+        """How many first-ready steps run now: dispatched, result not landed, aborted ones
+        still running included (a thread, a worker process or a Ray actor cannot stop one;
+        their results are never received). This is what ``max_in_flight`` caps."""
+        return self._engine.num_stepping
+
+    @property
+    def num_queued(self) -> int:
+        """How many sub-envs sent an action wait for room under ``max_in_flight``."""
+        return self._engine.num_queued
+
+    @property
+    def num_ready(self) -> int:
+        """How many results landed and wait for ``recv``."""
+        return self._engine.num_ready
 
     def abort(self, env_ids: Any) -> None:
         """Cancel the outstanding first-ready steps of sub-envs ``env_ids`` (``None``: all;
@@ -532,47 +578,38 @@ class AsyncVectorEnv(FirstReadyCalls):
         ``statistics().aborts``, not as a failure, timeout or restart. Refused before
         anything is dropped: a bad ``env_ids`` as ``send``'s, and while another call holds them.
         """
-        self._abort_some(env_ids)
+        self._engine.abort(env_ids)
 
-    # ------------------------------------------------------------------ submitting calls
-    # The ``_submit_*`` that need the vector env started; the rest, and every ``_finish_*``,
-    # are in ``_engine.Engine``.
+    # ------------------------------------------------------------------ split calls
+    # A call in two halves (submit, then finish) for the sync shim's ``*_async``/``*_wait``
+    # and the adapters; the submitting half starts the vector env on first use.
 
     async def _ensure_started(self) -> None:
-        if self._state is not State.RUNNING:
-            self._check_not_closed("use")
+        if self._engine.state is not State.RUNNING:
+            self._engine.check_not_closed("use")
             await self.start()
+
+    async def _submit_step(self, actions: Any) -> InFlight:
+        return self._engine.submit_step(actions)
+
+    async def _finish_step(self, in_flight: InFlight, timeout: Timeout) -> StepResult:
+        return await self._engine.finish_step(in_flight, timeout)
 
     async def _submit_reset(
         self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None,
         out: Any = None,
     ) -> InFlight:
-        self._check_not_closed("reset")
+        self._engine.check_not_closed("reset")
         seeds = per_env_seeds(seed, self.num_envs)
         reset_mask, env_options = split_reset_mask(options, self.num_envs)
         await self._ensure_started()
-        if reset_mask is None:
-            indices: Sequence[int] = self._all_envs
-        else:
-            indices = np.flatnonzero(reset_mask).tolist()
-        self._claim("reset", indices)
-        if out is not None:
-            check_out(out, self._results.observations)
-        payloads = [(seeds[index], env_options) for index in indices]
-        lost = set(self._backend.lost_envs()).union(self._health.unmade).intersection(indices)
-        if lost:  # made afresh first, under the reset's deadline
-            in_flight = InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost), out)
-            self._in_flight = in_flight
-        else:
-            in_flight = self._submit(Op.RESET, "reset", indices, payloads, out)
-        self._drop_old_results(indices)
-        return in_flight
+        return self._engine.submit_reset(seeds, reset_mask, env_options, out)
 
     async def _submit_call(self, name: str, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> InFlight:
         if not isinstance(name, str):
             raise TypeError(f"the attribute name must be a str, got {type(name).__name__}")
-        return await self._submit_call_at(self._all_envs, name, args, kwargs)
+        return await self._submit_call_at(self._engine.all_envs, name, args, kwargs)
 
     async def _submit_call_at(
         self, env_ids: Sequence[int], target: str | Callable[..., Any],
@@ -580,25 +617,27 @@ class AsyncVectorEnv(FirstReadyCalls):
     ) -> InFlight:
         """Call ``target`` (a name, or a picklable function taking the env first) on sub-envs
         ``env_ids`` only; the others answer ``None``. For adapters (``aiovec.sb3``)."""
-        chosen = set(self._indices_in_range(env_ids))
+        engine = self._engine
+        chosen = set(engine.indices_in_range(env_ids))
         await self._ensure_started()
-        self._claim("call")
+        engine.claim("call")
         request: CallRequest = (target, args, kwargs)
-        payloads = [request if index in chosen else None for index in self._all_envs]
-        return self._submit(Op.CALL, "call", self._all_envs, payloads)
+        payloads = [request if index in chosen else None for index in engine.all_envs]
+        return engine.submit(Op.CALL, "call", engine.all_envs, payloads)
 
     async def _call_at(self, env_ids: Sequence[int], target: str | Callable[..., Any], /,
                        *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``call`` on sub-envs ``env_ids`` only (see ``_submit_call_at``) → their results."""
         in_flight = await self._submit_call_at(env_ids, target, args, kwargs)
-        results = await self._finish_call(in_flight, USE_DEFAULT)
+        results = await self._engine.finish_call(in_flight, USE_DEFAULT)
         return tuple(results[index] for index in env_ids)
 
     async def _set_attr_at(self, env_ids: Sequence[int], name: str, value: Any) -> None:
         """Set attribute ``name`` to ``value`` on sub-envs ``env_ids`` only."""
-        chosen = set(self._indices_in_range(env_ids))
+        engine = self._engine
+        chosen = set(engine.indices_in_range(env_ids))
         await self._ensure_started()
-        self._claim("set_attr")
-        payloads = [(name, value) if index in chosen else None for index in self._all_envs]
-        in_flight = self._submit(Op.SET_ATTR, "set_attr", self._all_envs, payloads)
-        await self._finish_call(in_flight, USE_DEFAULT)
+        engine.claim("set_attr")
+        payloads = [(name, value) if index in chosen else None for index in engine.all_envs]
+        in_flight = engine.submit(Op.SET_ATTR, "set_attr", engine.all_envs, payloads)
+        await engine.finish_call(in_flight, USE_DEFAULT)

@@ -18,8 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from aiovec._core._arguments import check_env_ids, check_recv_bounds
 from aiovec._core._batching import batch_space, take_rows
-from aiovec._core._first_ready import StepBatch
-from aiovec._core._first_ready_calls import received_batches
+from aiovec._core._first_ready import StepBatch, received_batches
 from aiovec._core._in_flight import (
     START_TIMEOUT,
     USE_DEFAULT,
@@ -394,7 +393,7 @@ class AsyncParallelVectorEnv:
                           num_envs=env.num_envs)
         async for batch in received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
-                                  wait=wait), lambda: bool(env._first_ready)):
+                                  wait=wait), env._engine.owing):
             yield batch
 
     def abort(self, env_ids: Any) -> None:

@@ -77,8 +77,11 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         self.observation_mode = observation_mode
         self.autoreset_mode = env.autoreset_mode
         super().__init__(env)
+        #: What the shim calls in the thread it runs in (``_steps_here``) or to finish the
+        #: halves of a call it started on the loop.
+        self._engine = env._engine
         #: Steps run in this thread with no event loop (the backend serves in the caller).
-        self._steps_here = env._steps_here
+        self._steps_here = env._engine.steps_here
         self.single_observation_space = env.single_observation_space
         self.observation_space = env.observation_space
         self.single_action_space = env.single_action_space
@@ -120,7 +123,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for ``reset_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        return self._loop.run(self._env._finish_reset, *self._wait("reset", timeout))
+        return self._loop.run(self._engine.finish_reset, *self._wait("reset", timeout))
 
     def step(self, actions: Any, *, out: Any = None) -> StepResult:
         """Step every sub-env and return the batched results.
@@ -130,20 +133,20 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         observations; a wrong one raises before any sub-env steps (``AsyncVectorEnv.step``).
         """
         self._begin("step")
-        env = self._env
         if not self._steps_here:
-            return self._loop.run(env.step, actions, out=out)
+            return self._loop.run(self._env.step, actions, out=out)
         # Waited for in this thread (inline: run here), with no event loop unless something
         # must be awaited (a restart).
-        # Ctrl-C in the step or as it ended: its sub-envs moved unseen (_interrupted_step).
-        outcome = self._loop.call(env._step_here, actions, out,
-                                  interrupted=env._interrupted_step)
+        # Ctrl-C in the step or as it ended: its sub-envs moved unseen (interrupted_step).
+        engine = self._engine
+        outcome = self._loop.call(engine.step_here, actions, out,
+                                  interrupted=engine.interrupted_step)
         if not isinstance(outcome, PausedStep):
             return outcome
         try:
             return self._loop.run(outcome.resume)
         finally:
-            env._drop_paused(outcome)
+            engine.drop_paused(outcome)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` on every sub-env (or read it, if not callable)."""
@@ -157,7 +160,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for ``call_async``; ``timeout`` seconds at most (``EnvTimeoutError``)."""
-        return self._loop.run(self._env._finish_call, *self._wait("call", timeout))
+        return self._loop.run(self._engine.finish_call, *self._wait("call", timeout))
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]

@@ -193,7 +193,7 @@ async def test_a_hung_sub_env_times_out_is_cancelled_and_remade(anyio_backend: A
     factories = [IOEnv, hangs_the_first_time, IOEnv]
     async with aiovec.AsyncVectorEnv(factories, backend="async", timeout=0.3) as envs:
         await envs.reset()
-        hung = envs._backend.local_env(1)
+        hung = envs._engine.backend.local_env(1)
         with pytest.raises(aiovec.EnvTimeoutError) as raised:
             await envs.step(np.zeros(3, dtype=np.int64))
         assert raised.value.env_ids == (1,)
@@ -202,7 +202,7 @@ async def test_a_hung_sub_env_times_out_is_cancelled_and_remade(anyio_backend: A
         assert hung.cancelled == 1, "the hung step's coroutine was not cancelled"
         assert envs.unusable_envs == (1,)
         await envs.reset()
-        assert envs._backend.local_env(1) is made[1]
+        assert envs._engine.backend.local_env(1) is made[1]
         obs, *_ = await envs.step(np.zeros(3, dtype=np.int64))
         assert obs.tolist() == [[1.0]] * 3
 
@@ -235,7 +235,7 @@ async def test_cancelling_a_step_cancels_nothing_else_and_reset_recovers(
 async def test_close_awaits_every_sub_env_close(anyio_backend: Any) -> None:
     envs = aiovec.AsyncVectorEnv([IOEnv] * 4, backend="async")
     await envs.reset()
-    made = [envs._backend.local_env(index) for index in range(4)]
+    made = [envs._engine.backend.local_env(index) for index in range(4)]
     await envs.aclose()
     await envs.aclose()
     assert all(env.closed.is_set() for env in made)
@@ -337,7 +337,7 @@ async def test_each_sub_env_has_one_host_task_that_outlives_its_failures(
     factories = [HostRecordingEnv, functools.partial(HostRecordingEnv, fail_at=1),
                  HostRecordingEnv]
     async with aiovec.AsyncVectorEnv(factories, backend="async") as envs:
-        made = [envs._backend.local_env(index) for index in range(3)]
+        made = [envs._engine.backend.local_env(index) for index in range(3)]
         await envs.reset()
         await envs.step(np.zeros(3, dtype=np.int64))
         with pytest.raises(aiovec.SubEnvErrorGroup) as raised:
@@ -363,7 +363,7 @@ async def test_a_deadline_cancels_the_step_and_a_new_host_serves_the_remade_env(
     factories = [HostRecordingEnv, hangs_the_first_time]
     async with aiovec.AsyncVectorEnv(factories, backend="async", timeout=0.3,
                                      max_concurrency=2) as envs:
-        healthy = envs._backend.local_env(0)
+        healthy = envs._engine.backend.local_env(0)
         await envs.reset()
         await envs.step(np.zeros(2, dtype=np.int64))
         with pytest.raises(aiovec.EnvTimeoutError) as raised:
@@ -386,7 +386,7 @@ async def test_a_cancelled_step_runs_on_and_its_hosts_serve_the_reset_after_it(
     replies are dropped, and the reset that follows runs after them, in order."""
     async with aiovec.AsyncVectorEnv([functools.partial(HostRecordingEnv, 0.3)] * 3,
                                      backend="async") as envs:
-        made = [envs._backend.local_env(index) for index in range(3)]
+        made = [envs._engine.backend.local_env(index) for index in range(3)]
         await envs.reset()
         with anyio.move_on_after(0.05):
             await envs.step(np.zeros(3, dtype=np.int64))
@@ -406,7 +406,7 @@ async def test_closing_during_a_hung_step_cancels_it_and_ends_every_host(
                                                                       hang_at=0)],
                                  backend="async", close_timeout=0.2)
     await envs.reset()
-    made = [envs._backend.local_env(index) for index in range(2)]
+    made = [envs._engine.backend.local_env(index) for index in range(2)]
     outcome: list[BaseException] = []
 
     async def step() -> None:
@@ -421,7 +421,7 @@ async def test_closing_during_a_hung_step_cancels_it_and_ends_every_host(
         await envs.aclose()
     assert len(outcome) == 1
     assert made[0].closed.is_set() and made[1].cancelled == 1
-    assert envs._backend._hosts_alive == 0  # type: ignore[attr-defined]
+    assert envs._engine.backend._hosts_alive == 0  # type: ignore[attr-defined]
 
 
 async def test_requests_run_in_the_context_of_the_call_that_made_the_sub_env(
@@ -435,7 +435,7 @@ async def test_requests_run_in_the_context_of_the_call_that_made_the_sub_env(
             MARKER.set("at step")
             await envs.reset()
             await envs.step(np.zeros(2, dtype=np.int64))
-            made = [envs._backend.local_env(index) for index in range(2)]
+            made = [envs._engine.backend.local_env(index) for index in range(2)]
     finally:
         MARKER.reset(token)
     assert [env.context_seen for env in made] == [["at start"], ["at start"]]

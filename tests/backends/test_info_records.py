@@ -320,7 +320,7 @@ async def test_rollouts_with_recorded_infos_equal_the_inline_backend(
             for _ in range(80):
                 record.append(await envs.step(envs.action_space.sample()))
             records.append(record)
-            workers = getattr(envs._backend, "_workers", [])
+            workers = getattr(envs._engine.backend, "_workers", [])
             schemas = [worker.info_schema for worker in workers]
     assert_identical(records[1], records[0])
     assert schemas and all(schema is not None for schema in schemas)
@@ -344,13 +344,13 @@ async def test_a_respawned_worker_announces_its_schema_afresh(anyio_backend: Any
         expected = await rollout(envs)
     async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=2) as envs:
         await rollout(envs)
-        old = envs._backend._workers[0]
+        old = envs._engine.backend._workers[0]
         assert old.info_schema is not None
         old.process.signal(signal.SIGKILL)
         with pytest.raises(aiovec.WorkerDiedError):
             await envs.step(envs.action_space.sample())
         actual = await rollout(envs)
-        new = envs._backend._workers[0]
+        new = envs._engine.backend._workers[0]
         assert new is not old and new.info_schema is not None
     assert_identical(actual, expected)
 
@@ -420,10 +420,10 @@ async def test_every_step_of_every_kind_goes_through_the_records(
         for step in range(12):
             infos = (await envs.step(np.zeros(4, np.int64)))[4]
             assert_identical(infos, expected[step][4])
-            for worker in envs._backend._workers:
+            for worker in envs._engine.backend._workers:
                 assert worker.info_schema == expected_schema
                 hosted = worker.env_indices
-                region = envs._backend.records._region[hosted.start:hosted.stop]
+                region = envs._engine.backend.records._region[hosted.start:hosted.stop]
                 records = region.view(expected_schema.record_dtype()).reshape(len(hosted))
                 for position, key in enumerate(expected_schema.keys):
                     assert_identical(records[f"f{position}"],

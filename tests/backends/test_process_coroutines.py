@@ -421,7 +421,7 @@ async def test_a_worker_whose_sub_envs_are_all_lost_still_closes(
     await logged(log, "1 closed")  # given up on, and closed in its worker
     await envs.aclose()
     # Each worker was asked to close, and exited of itself (not terminated, not killed).
-    assert [worker.process.exitcode() for worker in envs._backend.workers] == [0, 0]
+    assert [worker.process.exitcode() for worker in envs._engine.backend.workers] == [0, 0]
 
 
 def flaky_factory(path: str, index: int) -> WorkerEnv:
@@ -464,7 +464,7 @@ async def test_a_first_factory_that_fails_at_start_fails_alone(
     await envs.aclose()
     # The worker closed the others, and exited of itself (it was never attached).
     assert sorted(log_path.read_text().split("\n")[:-1]) == ["1 closed", "2 closed"]
-    assert [worker.process.exitcode() for worker in envs._backend.workers] == [0]
+    assert [worker.process.exitcode() for worker in envs._engine.backend.workers] == [0]
 
 
 class Counted(WorkerEnv):

@@ -117,7 +117,7 @@ async def test_a_step_its_caller_gave_up_on_writes_nothing_into_the_batch(
                                      copy=False) as envs:
         observations, _ = await envs.reset(seed=0)
         after_reset = observations.copy()
-        backend = envs._backend  # type: ignore[attr-defined]
+        backend = envs._engine.backend  # type: ignore[attr-defined]
         abandoned = backend.submit(Op.STEP, backend.every_env, np.zeros(4, dtype=np.int64))
         abandoned.abandon()  # what the core does when the caller is cancelled
         await abandoned.wait()  # every actor answered: the step ran, its rows were not placed

@@ -177,7 +177,7 @@ async def test_a_replaced_zygote_serves_its_servers_to_the_end(
         assert wait_for_exit([server, *workers], 10) == []
         with pytest.raises(aiovec.WorkerDiedError):
             await envs.step(np.ones(2, np.int64))
-        handle = envs._backend._fork_server.process  # the old zygote relays its status:
+        handle = envs._engine.backend._fork_server.process  # the old zygote relays its status:
         assert await handle.wait(10) == -signal.SIGKILL and handle.describe_exit() == (
             "killed by SIGKILL")
     assert wait_for_exit([server, old], 10) == []

@@ -176,7 +176,7 @@ async def test_abort_while_recv_waits(anyio_backend: Any, backend: str,
     when nothing is."""
     async with aiovec.AsyncVectorEnv(gates.factories(backend, 2), backend=backend,
                                      **workers(backend, 2)) as envs:
-        first_ready = envs._first_ready
+        first_ready = envs._engine.first_ready
         assert first_ready is not None
         await envs.reset()
         gates.hold(0, 1)

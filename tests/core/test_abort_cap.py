@@ -26,7 +26,7 @@ async def test_an_aborted_step_that_runs_on_keeps_its_room(anyio_backend: Any, b
     than two running. Nothing of the aborted steps is received."""
     async with aiovec.AsyncVectorEnv(gates.factories(backend, 4), backend=backend,
                                      max_in_flight=2, **workers(backend, 4)) as envs:
-        first_ready = envs._first_ready
+        first_ready = envs._engine.first_ready
         assert first_ready is not None
         await envs.reset()
         gates.hold(0, 1, 2, 3)

@@ -140,7 +140,7 @@ async def test_recv_waits_without_spinning_while_its_sends_wait_on_a_remake(
     async with aiovec.AsyncVectorEnv(factories, backend="process", num_workers=3,
                                      max_in_flight=1, restart=policy) as envs:
         await envs.reset(seed=0)
-        backend = envs._backend
+        backend = envs._engine.backend
         real_wait = backend.wait_arrivals
         polls = 0
 

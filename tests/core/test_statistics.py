@@ -162,7 +162,7 @@ async def test_a_sub_env_slow_once_in_a_while_shows_in_its_p99(
     for slow in (rare, beat):
         assert slow.p50 == pytest.approx(_ClockedEnv.FAST)
         assert slow.p99 > _ClockedEnv.SLOW / 2
-    samples = envs._backend.latencies
+    samples = envs._engine.backend.latencies
     assert samples is not None  # each timed about one step in SAMPLE_EVERY
     assert all(steps / SAMPLE_EVERY / 2 < count < steps / SAMPLE_EVERY * 2
                for count in samples.samples.tolist())

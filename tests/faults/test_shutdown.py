@@ -71,7 +71,7 @@ def test_unclosed_process_env_is_torn_down_by_del() -> None:
     async def leak() -> None:
         envs = aiovec.AsyncVectorEnv(faulty(2), backend="process", num_workers=2)
         await envs.reset()
-        pids.extend(worker.process.pid for worker in envs._backend._workers)  # type: ignore[attr-defined]
+        pids.extend(worker.process.pid for worker in envs._engine.backend._workers)  # type: ignore[attr-defined]
         leaked.append(envs)
 
     anyio.run(leak)
@@ -93,25 +93,25 @@ envs = aiovec.VectorEnv([functools.partial(FaultyEnv, 0),
                         backend="process", num_workers=2)
 envs.reset()
 envs.step_async(np.ones(2))  # sub-env 1 hangs in this step
-print(*[worker.process.pid for worker in envs.async_env._backend._workers], flush=True)
+print(*[worker.process.pid for worker in envs.async_env._engine.backend._workers], flush=True)
 envs.step_wait()  # until Ctrl-C
 """
 
 
 def test_ctrl_c_in_the_shim_reaps_every_worker() -> None:
     script = textwrap.dedent(CTRL_C_SCRIPT)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).parents[2])
-    try:
-        assert parent.stdout is not None and parent.stderr is not None
-        workers = [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(workers) == 2
-        os.kill(parent.pid, signal.SIGINT)
-        _, errors = parent.communicate(timeout=60)
-    finally:
-        parent.kill()
-        parent.wait()
+    # (A context manager: on a failure too, the pipes are closed here, not by a later GC.)
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          cwd=Path(__file__).parents[2]) as parent:
+        try:
+            assert parent.stdout is not None and parent.stderr is not None
+            workers = [int(pid) for pid in parent.stdout.readline().split()]
+            assert len(workers) == 2, parent.stderr.read() if parent.poll() is not None else ""
+            os.kill(parent.pid, signal.SIGINT)
+            _, errors = parent.communicate(timeout=60)
+        finally:
+            parent.kill()
     assert errors.count("Traceback") == 1, errors  # the parent's, nothing from the workers
     assert errors.rstrip().endswith("KeyboardInterrupt"), errors
     assert wait_for_exit(workers, 5) == []

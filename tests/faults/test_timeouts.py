@@ -131,7 +131,7 @@ async def test_killed_worker_is_really_gone(ledger: FaultLedger, no_leaks: None)
     async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults), backend="process",
                                      num_workers=2, timeout=DEADLINE) as envs:
         await envs.reset()
-        pids = [worker.process.pid for worker in envs._backend._workers]  # type: ignore[attr-defined]
+        pids = [worker.process.pid for worker in envs._engine.backend._workers]  # type: ignore[attr-defined]
         with pytest.raises(aiovec.EnvTimeoutError):
             await envs.step(np.ones(2))
         assert wait_for_exit([pids[0]], 5.0) == []

@@ -115,13 +115,13 @@ def test_a_paused_step_never_resumed_leaves_its_sub_envs_for_a_reset() -> None:
     with aiovec.VectorEnv([CountingEnv, lambda: RaisingEnv("step", after=0), CountingEnv],
                           backend="inline", restart=FAST) as envs:
         envs.reset(seed=0)
-        outcome = envs.async_env._step_here(ACTIONS)
+        outcome = envs.async_env._engine.step_here(ACTIONS)
         assert isinstance(outcome, PausedStep)
         assert "in flight" in repr(envs.async_env)
-        envs.async_env._drop_paused(outcome)
+        envs.async_env._engine.drop_paused(outcome)
         assert "in flight" not in repr(envs.async_env)
         assert envs.unusable_envs == (0, 1, 2)
-        envs.async_env._drop_paused(outcome)  # twice: nothing more
+        envs.async_env._engine.drop_paused(outcome)  # twice: nothing more
         envs.reset(seed=0)
         obs, *_ = envs.step(ACTIONS)
         assert obs.tolist() == [[2, 2]] * 3
@@ -307,14 +307,14 @@ def test_replies_waiting_in_the_sockets_at_the_deadline_are_not_late() -> None:
     with aiovec.VectorEnv([CountingEnv] * 4, **TWO_WORKERS) as envs:
         envs.reset(seed=0)
         core = envs.async_env
-        in_flight = core._submit_step_now(np.ones(4, np.int64), None, True)
+        in_flight = core._engine.submit_step(np.ones(4, np.int64), None, True)
         try:
-            sockets = {worker.sock.fileno() for worker in core._backend._workers}
+            sockets = {worker.sock.fileno() for worker in core._engine.backend._workers}
             deadline = time.monotonic() + 30
             while readable(sockets, 0.1) != sockets and time.monotonic() < deadline:
                 pass
             assert in_flight.pending.wait_here(1e-9) is Waited.DONE
         finally:
-            core._release(in_flight)
+            core._engine.release(in_flight)
         obs, *_ = envs.step(np.ones(4, np.int64))
         assert obs[:, 0].tolist() == [2] * 4
