@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
@@ -115,3 +116,32 @@ def test_the_keywords_reach_the_async_core() -> None:
     core = multi._env
     assert (core.timeout, core.copy, core.autoreset_mode) == (2.0, False,
                                                               AutoresetMode.DISABLED)
+
+
+def test_the_settable_options_reach_the_engine_and_are_checked() -> None:
+    # timeout, copy and validate_actions may be set after construction (validate_actions
+    # until start, when the checks are set up); a bad timeout is refused as the
+    # constructor refuses it, and autoreset_mode cannot change under the backends.
+    with aiovec.VectorEnv([CountingEnv] * 2, backend="inline") as shim:
+        core = shim.async_env
+        core.timeout = 3
+        assert core.timeout == 3.0 and core._engine.timeout == 3.0
+        with pytest.raises(ValueError, match="timeout"):
+            core.timeout = -1
+        assert core.timeout == 3.0
+        core.copy = False
+        shim.reset(seed=0)
+        again, *_ = shim.step(np.array([1, 1]))
+        assert again is core._engine.results.observations  # not copied: the batch itself
+        with pytest.raises(AttributeError):
+            core.autoreset_mode = AutoresetMode.DISABLED  # type: ignore[misc]
+
+    async def set_before_start() -> None:
+        envs = aiovec.AsyncVectorEnv([CountingEnv] * 2, backend="inline")
+        envs.validate_actions = True
+        async with envs:
+            await envs.reset(seed=0)
+            with pytest.raises(ValueError, match="outside"):
+                await envs.step(np.array([5, 0]))
+
+    anyio.run(set_before_start)
