@@ -6,6 +6,8 @@
   the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
 - The faults table: the full run of ``agentic_faults.py`` (``FAULTS``), held by the same two
   documents between ``FAULTS_BEGIN``/``_END``.
+- The 1 s faults table: the full runs of ``agentic_faults.py --deadline 1`` in
+  ``FAULTS_1S_RUNS``, held by the agentic guide between ``FAULTS_1S_BEGIN``/``_END``.
 
 Each document is written by this script from the same result files, and
 ``tests/test_headline_table.py`` checks that none differs from what it renders, so they can
@@ -46,6 +48,17 @@ FAULTS = HERE / "results" / "agentic_faults.md"
 FAULTS_BEGIN = ("<!-- faults table: written by benchmarks/headline.py from "
                 "benchmarks/results/agentic_faults.md -->")
 FAULTS_END = "<!-- end of the faults table -->"
+#: The reports of full runs of ``agentic_faults.py --deadline 1``, oldest first.
+FAULTS_1S_RUNS = [HERE / "results" / name for name in (
+    "agentic_faults_deadline_1s.md", "agentic_faults_deadline_1s_run2.md",
+    "agentic_faults_deadline_1s_run3.md")]
+FAULTS_1S_BEGIN = ("<!-- 1 s faults table: written by benchmarks/headline.py from "
+                   "benchmarks/results/agentic_faults_deadline_1s*.md -->")
+FAULTS_1S_END = "<!-- end of the 1 s faults table -->"
+#: The columns of those reports the guide shows.
+FAULTS_1S_COLUMNS = ("goodput", "% of X*·P(ok)", "lost (reported lost)", "misreported",
+                     "orphaned leases", "leaked after SIGINT", "leaked after SIGKILL",
+                     "orchestrator CPU")
 #: The columns of the agentic report the documents show.
 AGENTIC_COLUMNS = ("episodes/s", "% of X*", "turns/s vs hand-written", "mean batch / B",
                    "p99 latency", "spread")
@@ -191,6 +204,39 @@ def render_faults(path: Path = FAULTS) -> str:
                       *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 
+def render_fault_runs(runs: Sequence[Path] = FAULTS_1S_RUNS,
+                      columns: Sequence[str] = FAULTS_1S_COLUMNS) -> str:
+    """The faults table over several runs of one deadline: a row per contender (as the
+    first run lists them), each cell the range over ``runs``; each run's target checks and
+    the machine."""
+    reports = [path.read_text() for path in runs]
+    tables = [[row for rows in read_tables(report.split("\n## Workload: ", 1)[1]
+                                           .split("\n## ", 1)[0]).values() for row in rows]
+              for report in reports]
+    lines = ["| contender | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row in tables[0]:
+        same = [other for table in tables for other in table
+                if other["contender"] == row["contender"]]
+        lines.append(f"| {row['contender']} | "
+                     + " | ".join(_text_span([other.get(column, "") for other in same])
+                                  for column in columns) + " |")
+    checks = []
+    for number_of_run, (path, report) in enumerate(zip(runs, reports), start=1):
+        checks += [f"run {number_of_run} ({path.name}):",
+                   report.split("## Target checks", 1)[1].split("```")[1].strip("\n")]
+    names = ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
+                      for path in runs)
+    workload = reports[0].split("\n## Workload: ", 1)[1].splitlines()[0]
+    caption = (
+        f"Workload: {workload}. Each cell is the range over {len(runs)} full runs of "
+        f"`benchmarks/agentic_faults.py` ({names}, which have every column and the formulas), "
+        "each figure the median of that run's interleaved repeats, counts summed over them. "
+        f"Machine: {_stated(reports, 'machine')}. Software: {_stated(reports, 'versions')}. "
+        f"Method: {_stated(reports, 'method')}. Dates: {_stated(reports, 'date')}.")
+    return "\n".join([*lines, "", "```", *checks, "```", "",
+                      *textwrap.wrap(caption, 96, break_on_hyphens=False)])
+
+
 def _bound(section: str) -> str | None:
     """A variant's X* as its report states it ("839.8")."""
     return next((line.split("(")[0].removeprefix("X* = ").strip()
@@ -201,7 +247,8 @@ def _bound(section: str) -> str | None:
 BLOCKS: list[tuple[tuple[str, str], Callable[[], str], list[Path]]] = [
     ((BEGIN, END), render, DOCUMENTS),
     ((AGENTIC_BEGIN, AGENTIC_END), render_agentic, AGENTIC_DOCUMENTS),
-    ((FAULTS_BEGIN, FAULTS_END), render_faults, AGENTIC_DOCUMENTS)]
+    ((FAULTS_BEGIN, FAULTS_END), render_faults, AGENTIC_DOCUMENTS),
+    ((FAULTS_1S_BEGIN, FAULTS_1S_END), render_fault_runs, [ROOT / "docs" / "guide" / "agentic.md"])]
 
 
 def replace_block(text: str, table: str, markers: tuple[str, str] = (BEGIN, END)) -> str:

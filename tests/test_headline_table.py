@@ -94,13 +94,31 @@ def test_the_agentic_table_spans_the_runs(headline: ModuleType, tmp_path: Path) 
     assert "| aiovec async |" in changed[0] and f"{headline.DASH}99,999.9 |" in changed[0]
 
 
+def test_the_1s_faults_table_spans_the_runs(headline: ModuleType, tmp_path: Path) -> None:
+    """Three full runs with 1 s deadlines: a row per contender, every run's target checks as
+    they are; a changed figure in one run widens its cell's range, and only that one."""
+    assert len(headline.FAULTS_1S_RUNS) == 3
+    table = headline.render_fault_runs()
+    for path in headline.FAULTS_1S_RUNS:
+        targets = [line for line in path.read_text().splitlines()
+                   if line.startswith(("PASS", "MISS"))]
+        assert len(targets) == 5 and all(line in table.splitlines() for line in targets)
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 5 and rows[-1].startswith("| aiovec async |")
+    changed = _changed_rows(headline.render_fault_runs, headline.FAULTS_1S_RUNS, tmp_path, 2,
+                            "Measured", "aiovec async", {1: "9,999.9"})  # goodput
+    assert len(changed) == 1 and changed[0].startswith("| aiovec async |")
+    assert f"{headline.DASH}9,999.9 |" in changed[0]
+
+
 def test_the_readme_quotes_figures_in_the_rendered_tables_only(headline: ModuleType) -> None:
     """Measured figures only in the rendered tables: the README's other tables compare
     features."""
     text = (ROOT / "README.md").read_text()
     outside = text
-    for markers, _, _ in headline.BLOCKS:
-        outside = outside.replace(headline.block(text, markers), "")
+    for markers, _, documents in headline.BLOCKS:
+        if ROOT / "README.md" in documents:
+            outside = outside.replace(headline.block(text, markers), "")
     figure = re.compile(r"\d[\d,.]*\s?(?:\N{MULTIPLICATION SIGN}|x\b|%|steps/s|ms\b)")
     figures = [line for line in outside.splitlines()
                if line.startswith("|") and figure.search(line)]
