@@ -120,6 +120,21 @@ def _stated(reports: Sequence[str], key: str, older: str = "") -> str:
     return "; ".join(dict.fromkeys(said(report) for report in reports))
 
 
+def _run_checks(runs: Sequence[Path], reports: Sequence[str]) -> list[str]:
+    """Each run's target checks as its report writes them, under the run's number and file."""
+    checks = []
+    for number_of_run, (path, report) in enumerate(zip(runs, reports), start=1):
+        checks += [f"run {number_of_run} ({path.name}):",
+                   report.split("## Target checks", 1)[1].split("```")[1].strip("\n")]
+    return checks
+
+
+def _names(runs: Sequence[Path]) -> str:
+    """The reports' paths as the captions cite them."""
+    return ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
+                     for path in runs)
+
+
 def render(runs: Sequence[Path] = RUNS) -> str:
     """The table, its caption and the machine, from ``runs``."""
     reports = [path.read_text() for path in runs]
@@ -135,8 +150,7 @@ def render(runs: Sequence[Path] = RUNS) -> str:
             found = [value for value in values if value is not None]
             cells.append(_span(found, unit) if found else "—")
         lines.append(f"| {workload} ({num_envs}) | " + " | ".join(cells) + " |")
-    names = ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
-                      for path in runs)
+    names = _names(runs)
     caption = (
         f"Sub-env steps per second; each cell is the range over {len(runs)} runs of "
         f"`benchmarks/real_envs.py` ({names}), each figure the median of its interleaved "
@@ -168,12 +182,7 @@ def render_agentic(runs: Sequence[Path] = AGENTIC_RUNS) -> str:
                          for column in AGENTIC_COLUMNS]
                 lines.append(f"| {variant} ({bound}) | {row['contender']} | "
                              + " | ".join(cells) + " |")
-    checks = []
-    for number_of_run, (path, report) in enumerate(zip(runs, reports), start=1):
-        checks += [f"run {number_of_run} ({path.name}):",
-                   report.split("## Target checks", 1)[1].split("```")[1].strip("\n")]
-    names = ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
-                      for path in runs)
+    checks, names = _run_checks(runs, reports), _names(runs)
     caption = (
         f"Each cell is the range over {len(runs)} full runs of `benchmarks/agentic.py` "
         f"({names}, which have every column and the formulas of X*), each figure the median "
@@ -220,12 +229,7 @@ def render_fault_runs(runs: Sequence[Path] = FAULTS_1S_RUNS,
         lines.append(f"| {row['contender']} | "
                      + " | ".join(_text_span([other.get(column, "") for other in same])
                                   for column in columns) + " |")
-    checks = []
-    for number_of_run, (path, report) in enumerate(zip(runs, reports), start=1):
-        checks += [f"run {number_of_run} ({path.name}):",
-                   report.split("## Target checks", 1)[1].split("```")[1].strip("\n")]
-    names = ", ".join(f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
-                      for path in runs)
+    checks, names = _run_checks(runs, reports), _names(runs)
     workload = reports[0].split("\n## Workload: ", 1)[1].splitlines()[0]
     caption = (
         f"Workload: {workload}. Each cell is the range over {len(runs)} full runs of "
