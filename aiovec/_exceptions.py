@@ -60,6 +60,18 @@ __all__ = [
 ]
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (PEP 678), on Python 3.10 too, where tracebacks show the notes
+    once ``exceptiongroup`` is imported (aiovec imports it there)."""
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+    else:  # pragma: no cover - exercised on 3.10 only
+        notes = getattr(error, "__notes__", None)
+        if notes is None:
+            notes = error.__notes__ = []  # type: ignore[attr-defined]
+        notes.append(note)
+
+
 class AiovecError(Exception):
     """Base class of every error raised by aiovec."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -18,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import aiovec
-from aiovec.testing import CountingEnv, EpisodeEnv
+from aiovec.testing import AsyncAdapter, CountingEnv, EpisodeEnv
 
 
 class RaisingEnv(CountingEnv):
@@ -314,3 +315,38 @@ class CrashingEnv(CountingEnv):
         if self.steps == 2:
             os._exit(7)
         return super().step(action)
+
+
+class TaskEnv(gym.Env[np.ndarray, int]):
+    """Plays the task its reset options name (``{"task": t}``; none: task -1) for ``length``
+    steps; the observation is ``[task, steps taken]``. Action 7 raises (a tool that crashes),
+    any other steps."""
+
+    observation_space = gym.spaces.Box(-1, 1e6, (2,), np.float64)
+    action_space = gym.spaces.Discrete(10)
+
+    def __init__(self, length: int = 2) -> None:
+        self.length = length
+        self.task, self.taken = -1, 0
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task = -1 if options is None else int(options["task"])
+        self.taken = 0
+        return np.array([self.task, 0.0]), {"task": self.task}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if action == 7:
+            raise RuntimeError(f"the tool crashed in task {self.task}")
+        self.taken += 1
+        return (np.array([self.task, self.taken]), 1.0, self.taken >= self.length, False,
+                {"task": self.task})
+
+
+def task_envs(backend: str, num_envs: int, length: int = 2) -> list[Callable[[], Any]]:
+    """``num_envs`` ``TaskEnv`` factories for ``backend`` (coroutine envs on the async one)."""
+    make = functools.partial(TaskEnv, length)
+    if backend == "async":
+        return [functools.partial(AsyncAdapter, make)] * num_envs
+    return [make] * num_envs

@@ -31,7 +31,7 @@ import anyio.to_thread
 import sniffio
 from gymnasium.vector import AutoresetMode
 
-from aiovec._backends._autoreset import EPISODE_TIMEOUT, Autoreset
+from aiovec._backends._autoreset import Autoreset
 from aiovec._backends._base import CountdownPending, given_up_reply
 from aiovec._core._async_env import is_async_env
 from aiovec._core._backend import Arrivals, Backend, Pending
@@ -119,30 +119,36 @@ class _AsyncSlot:
         self.last_obs = obs
         return obs, info, getattr(env, "np_random_seed", None)
 
+    async def _automatic_reset(self, env: Any) -> Any:
+        """``env.reset`` at an episode's end, with the next options queued → ``(obs, info)``."""
+        options = self.autoreset.next_options()
+        obs, info = await (env.reset() if options is None else env.reset(options=options))
+        self.last_obs = obs
+        return obs, info
+
     async def reset_instead_of_step(self, env: Any) -> Any:
         """The step after an episode's end, in next-step mode: a reset."""
-        obs, info = await env.reset()
-        self.last_obs = obs
+        obs, info = await self._automatic_reset(env)
         return obs, 0.0, False, False, info, None
 
     async def step_in_time(self, env: Any, action: Any) -> Any:
         """``env.step(action)`` within its episode's time: cancelled when that runs out (the
         step is then cut: the latest observation, truncated, ``info["episode_timeout"]``)."""
         autoreset = self.autoreset
+        started = time.monotonic()
         with anyio.move_on_after(max(0.0, autoreset.episode_time_left())):
             obs, reward, terminated, truncated, info = await env.step(action)
-            truncated, info = autoreset.cut(terminated, truncated, info)
+            truncated, info = autoreset.cut(terminated, truncated, info, started)
             self.last_obs = obs
             return obs, reward, terminated, truncated, info
-        return self.last_obs, 0.0, False, True, {EPISODE_TIMEOUT: True}
+        return self.last_obs, 0.0, False, True, autoreset.timed_out(started)
 
     async def reset_after_step(self, env: Any, outcome: Any) -> Any:
         """A step that ended its episode, in same-step mode: the reset's observation and
         info, the step's own as ``final``."""
         obs, reward, terminated, truncated, info, _ = outcome
         final = {"final_obs": obs, "final_info": info}
-        obs, info = await env.reset()
-        self.last_obs = obs
+        obs, info = await self._automatic_reset(env)
         return obs, reward, terminated, truncated, info, final
 
     async def _call(self, request: CallRequest | None) -> Any:
@@ -163,6 +169,9 @@ class _AsyncSlot:
             name, value = request
             self.live_env().set_wrapper_attr(name, value)
 
+    async def _queue_options(self, queued: tuple[dict[str, Any] | None, ...]) -> None:
+        self.autoreset.queue_options(queued)
+
     async def _close(self, _: None) -> None:
         env, self.env = self.env, None
         if env is not None:
@@ -182,6 +191,7 @@ _HANDLERS: dict[Op, Callable[[_AsyncSlot, Any], Awaitable[Any]]] = {
     Op.RESET: _AsyncSlot._reset,
     Op.CALL: _AsyncSlot._call,
     Op.SET_ATTR: _AsyncSlot._set_attr,
+    Op.OPTIONS: _AsyncSlot._queue_options,
     Op.CLOSE: _AsyncSlot._close,
 }
 

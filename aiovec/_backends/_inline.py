@@ -125,6 +125,11 @@ class InlineBackend(Backend):
             self._unserved.append(pending)
         return pending
 
+    def queue_options(self, queued: dict[int, tuple[Any, ...]]) -> None:
+        # A request here runs only when awaited: set now (the sub-envs run nothing).
+        for env_index, options in queued.items():
+            self._slots[env_index].autoreset.queue_options(options)
+
     def _run_sent(self) -> None:
         unserved, self._unserved = self._unserved, []
         for pending in unserved:

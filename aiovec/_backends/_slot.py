@@ -106,14 +106,19 @@ class EnvSlot:
                 raise self._not_running()
             autoreset = self.autoreset
             if autoreset.pending and autoreset.reset_instead_of_step():
-                obs, info = env.reset()
+                options = autoreset.next_options()
+                obs, info = env.reset() if options is None else env.reset(options=options)
                 return obs, 0.0, False, False, info, None
-            obs, reward, terminated, truncated, info = env.step(action)
-            if autoreset.episode_timeout is not None:  # a step in progress runs to its end
-                truncated, info = autoreset.cut(terminated, truncated, info)
+            if autoreset.episode_timeout is None:
+                obs, reward, terminated, truncated, info = env.step(action)
+            else:  # a step in progress runs to its end, then is cut
+                started = time.monotonic()
+                obs, reward, terminated, truncated, info = env.step(action)
+                truncated, info = autoreset.cut(terminated, truncated, info, started)
             if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
                 final = {"final_obs": obs, "final_info": info}
-                obs, info = env.reset()
+                options = autoreset.next_options()
+                obs, info = env.reset() if options is None else env.reset(options=options)
                 return obs, reward, terminated, truncated, info, final
             return obs, reward, terminated, truncated, info, None
         except Exception as exc:
@@ -148,6 +153,9 @@ class EnvSlot:
             name, value = request
             self._live_env().set_wrapper_attr(name, value)
 
+    def _queue_options(self, queued: tuple[dict[str, Any] | None, ...]) -> None:
+        self.autoreset.queue_options(queued)
+
     def _close(self, _: None) -> None:
         env, self.env = self.env, None
         if env is not None:
@@ -167,5 +175,6 @@ _HANDLERS: dict[Op, Callable[[EnvSlot, Any], Any]] = {
     Op.STEP: EnvSlot.step,
     Op.CALL: EnvSlot._call,
     Op.SET_ATTR: EnvSlot._set_attr,
+    Op.OPTIONS: EnvSlot._queue_options,
     Op.CLOSE: EnvSlot._close,
 }

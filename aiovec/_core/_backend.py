@@ -285,6 +285,14 @@ class Backend(abc.ABC):
         order). With ``arrivals``, every reply is also announced there as it lands.
         """
 
+    def queue_options(self, queued: dict[int, tuple[Any, ...]]) -> None:
+        """Set the reset options queued for each sub-env's next automatic resets
+        (``{env_index: options, oldest first}``; ``Op.OPTIONS``), without waiting: the engine
+        does so only for sub-envs that run nothing, just before it steps them, and each host
+        serves its requests in order, so they are in place for that step. Nothing is read
+        back (a host that died meanwhile fails the step instead)."""
+        self.submit(Op.OPTIONS, list(queued), list(queued.values()))
+
     async def wait_arrivals(self, arrivals: Arrivals, count: int) -> None:
         """Return once ``count`` replies of first-ready requests not taken when called have
         landed (``Arrivals.wait``; cancellable).

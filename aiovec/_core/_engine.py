@@ -58,6 +58,7 @@ from aiovec._core._actions import ActionCheckers
 from aiovec._core._arguments import RecvBounds, check_count, check_timeout
 from aiovec._core._backend import Arrivals, Backend, Waited
 from aiovec._core._batching import copy_batch
+from aiovec._core._episode_options import EpisodeOptions, OptionsSource
 from aiovec._core._failures import call_error, error_group
 from aiovec._core._first_ready import REFUSED, FirstReady, QueuedSend, Restarted, StepBatch
 from aiovec._core._health import Health
@@ -135,9 +136,11 @@ class Engine:
 
     def __init__(self, num_envs: int, autoreset_mode: AutoresetMode, backend: Backend,
                  restart_policy: RestartPolicy | None, *, copy: bool, timeout: float | None,
-                 validate_actions: bool, max_in_flight: int | None) -> None:
+                 validate_actions: bool, max_in_flight: int | None,
+                 episode_options: OptionsSource | None = None) -> None:
         self.num_envs = num_envs
         self.all_envs = range(num_envs)
+        self._every_env = np.arange(num_envs)
         self.autoreset_mode = autoreset_mode
         #: Observations returned are copies of the batch arrays (``copy=``).
         self.copy = copy
@@ -153,6 +156,8 @@ class Engine:
         self.health = Health(num_envs)
         #: Remakes sub-envs under the restart policy; holds the backend.
         self.recovery = Recovery(backend, restart_policy, num_envs, self.counters, self.health)
+        #: Each episode's reset options (``episode_options=``, ``reset(options=[...])``).
+        self.episode_options = EpisodeOptions(num_envs, episode_options, autoreset_mode)
         #: Set at start (``allocate_buffers``): the batch and the action checkers.
         self.results: BatchResults
         self.checkers: ActionCheckers
@@ -337,6 +342,7 @@ class Engine:
         if out is not None:
             check_out(out, self.results.observations)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
+        self.episode_options.before_step(self._every_env, backend)
         return self.submit(Op.STEP, "step", self.all_envs, payloads, out)
 
     def _reset_needed_message(self) -> str:
@@ -351,9 +357,11 @@ class Engine:
         try:
             replies, broken = await self._gather(in_flight, timeout)
             infos, restartable = self._store_step(in_flight, replies, broken)
+            restarted = None
             if restartable:
-                broken = await self._restart_step(in_flight, restartable, broken, infos)
-            return self._end_step(in_flight, broken, infos)
+                broken, restarted = await self._restart_step(in_flight, restartable, broken,
+                                                             infos)
+            return self._end_step(in_flight, broken, infos, restarted)
         finally:
             self.release(in_flight)
 
@@ -407,8 +415,8 @@ class Engine:
                            broken: dict[int, str], infos: dict[str, Any]) -> StepResult:
         """Restart what ``step_now`` found broken, then end the step as ``finish_step``."""
         try:
-            broken = await self._restart_step(in_flight, restartable, broken, infos)
-            return self._end_step(in_flight, broken, infos)
+            broken, restarted = await self._restart_step(in_flight, restartable, broken, infos)
+            return self._end_step(in_flight, broken, infos, restarted)
         finally:
             self.release(in_flight)
 
@@ -449,11 +457,13 @@ class Engine:
         self.step_counts.add_all()
         return infos, {}
 
-    async def _restart_step(self, in_flight: InFlight, restartable: dict[int, str],
-                            broken: dict[int, str], infos: dict[str, Any]) -> dict[int, str]:
+    async def _restart_step(
+        self, in_flight: InFlight, restartable: dict[int, str], broken: dict[int, str],
+        infos: dict[str, Any],
+    ) -> tuple[dict[int, str], Restarts | None]:
         """Restart a step's broken sub-envs (their rows as the autoreset mode says: the new
         episode's first observation, or the last one until the next step) → the sub-envs
-        still broken."""
+        still broken, and those restarted."""
         results = self.results
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         previous = {index: results.row(index) for index in restartable}
@@ -461,17 +471,19 @@ class Engine:
             in_flight, restartable, {} if same_step else None, previous)
         self.check_open("step")
         if restarted is None:
-            return broken
+            return broken, None
         results.apply_restarts(restarted, previous, infos, out=in_flight.out)
-        return _still_broken(broken, restarted)
+        return _still_broken(broken, restarted), restarted
 
     def _end_step(self, in_flight: InFlight, broken: dict[int, str],
-                  infos: dict[str, Any]) -> StepResult:
+                  infos: dict[str, Any], restarted: Restarts | None = None) -> StepResult:
         """The step's result for the caller; raise for its broken sub-envs."""
         results = self.results
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self.health.ended(results.terminations, results.truncations)
         self.recovery.episodes.step(results.terminations, results.truncations, infos)
+        self.episode_options.stepped(self._every_env, results.terminations,
+                                     results.truncations, infos, restarted)
         # No local name for the batch: a raised error's frames must not pin shared memory.
         result = (
             self._observations_for_caller(in_flight.out),
@@ -510,9 +522,12 @@ class Engine:
     # ------------------------------------------------------------------ reset
 
     def submit_reset(self, seeds: Sequence[int | None], reset_mask: Any,
-                     env_options: dict[str, Any] | None, out: Any = None) -> InFlight:
+                     env_options: dict[str, Any] | None, out: Any = None,
+                     per_env: Sequence[dict[str, Any] | None] | None = None) -> InFlight:
         """Claim the sub-envs ``reset_mask`` selects (``None``: all), check ``out``, submit
-        their resets; lost sub-envs are made afresh first (``finish_reset``)."""
+        their resets; lost sub-envs are made afresh first (``finish_reset``). Options:
+        ``env_options`` for all, or each sub-env its own (``per_env``, or from the
+        ``episode_options`` source for those given none)."""
         if reset_mask is None:
             indices: Sequence[int] = self.all_envs
         else:
@@ -520,13 +535,23 @@ class Engine:
         self.claim("reset", indices)
         if out is not None:
             check_out(out, self.results.observations)
-        payloads = [(seeds[index], env_options) for index in indices]
+        episodes = self.episode_options
+        chosen: list[Any] | None = None  # each episode's own options, if any
+        if per_env is not None or (env_options is None and episodes.source is not None):
+            chosen = episodes.reset_options(indices, per_env)
+            payloads = [(seeds[index], options) for index, options in zip(indices, chosen)]
+        else:
+            payloads = [(seeds[index], env_options) for index in indices]
         lost = set(self.backend.lost_envs()).union(self.health.unmade).intersection(indices)
         if lost:  # made afresh first, under the reset's deadline
             in_flight = InFlight("reset", Op.RESET, indices, payloads, None, sorted(lost), out)
             self.in_flight = in_flight
         else:
             in_flight = self.submit(Op.RESET, "reset", indices, payloads, out)
+        if chosen is not None:
+            episodes.reset_sent(indices, chosen)
+        elif episodes.active:  # options shared by all, or none: no episode's own
+            episodes.reset_sent(indices, [None] * len(indices))
         self._drop_old_results(indices)
         return in_flight
 
@@ -568,6 +593,10 @@ class Engine:
             for env_index, (_reply, reason) in (restarted or {}).items():
                 if env_index not in broken:  # (its new observation may not have fitted)
                     merge_info(result[1], {"restart": reason}, env_index, self.num_envs)
+            if self.episode_options.active:
+                self.episode_options.name_reset(
+                    result[1], [index for index in indices if index not in broken],
+                    self.num_envs)
             if broken:
                 self._fail("reset", in_flight, broken, result)
             self.counters.resets += 1
@@ -718,13 +747,17 @@ class Engine:
         """``Recovery.restart``; the restarted sub-envs can then step, unless autoreset is
         off (their new episode needs the caller's reset)."""
         self._remaking = True
+        episodes = self.episode_options
         try:
-            restarted = await self.recovery.restart(broken, reset_payloads, self.check_open,
-                                                     previous, self.results.row)
+            restarted = await self.recovery.restart(
+                broken, reset_payloads, self.check_open, previous, self.results.row,
+                episodes.restart_options if episodes.active else None)
         finally:
             self._remaking = False
             self._unblocked()
         if restarted is not None:
+            if episodes.active:
+                episodes.remade(list(restarted))
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 self.health.need_reset(list(restarted))
             else:
@@ -775,6 +808,8 @@ class Engine:
         if queue:
             batch = copy_batch(self.checkers.single_action_space, batch)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
+        if self.episode_options.source is not None:
+            self.episode_options.before_step(np.asarray(ids), backend)
         if queue:
             sent = first.enqueue(ids, payloads, seconds, self.checkers.single_action_space
                                  if backend.takes_action_batches else None)
@@ -1017,6 +1052,8 @@ class Engine:
             done = batch.terminations | batch.truncations
             self.health.need_reset(batch.env_ids[done])
         self.recovery.episodes.step(batch.terminations, batch.truncations, batch.infos)
+        self.episode_options.stepped(batch.env_ids, batch.terminations, batch.truncations,
+                                     batch.infos, restarted)
         if broken:
             self.recovery.episodes.failed(len(broken) - len(refused))
             # A refused send never reached its sub-env: it can step as it was.

@@ -94,8 +94,16 @@ class VectorOptions(SharedOptions, total=False):
     """Seconds an episode may last, from the start of its reset (default ``None``: no limit).
     A step that ends past it is truncated, with ``infos["episode_timeout"]`` set (the env's
     own truncations do not set it); on the async backend a step still running then is
-    cancelled and returns the latest observation. The sub-env then resets as after any
-    truncation."""
+    cancelled and returns the latest observation. A step that was running when the time ran
+    out also has ``infos["step_in_flight"]``: the seconds it had run by then. The sub-env then
+    resets as after any truncation."""
+    episode_options: Callable[[int], dict[str, Any] | None] | None
+    """A task per episode: a function of a sub-env's index giving the reset options of its
+    next episode (``None``: none), for every reset not given options of its own, automatic
+    resets included. Called once per episode, as the episode before it takes its first step
+    (an automatic reset happens where the sub-env runs); the options are named in
+    ``infos["episode_options"]`` on the rows that start and end each episode (default
+    ``None``: no such function)."""
     limits: Mapping[str, Limit] | None
     """Named shared limits the sub-envs take with ``aiovec.limit(name)`` from inside their
     calls (``{"sandbox": aiovec.Limit(concurrency=64, rate=500)}``), one line per name for
@@ -123,6 +131,7 @@ DEFAULTS: Final[AsyncVectorOptions] = {
     "max_concurrency": None, "max_in_flight": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None,
     "batch_size": None, "validate_actions": False, "limits": None, "episode_timeout": None,
+    "episode_options": None,
     "autoreset_mode": AutoresetMode.NEXT_STEP, "copy": True, "observation_mode": "same",
 }
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from aiovec._core._backend import Backend
 from aiovec._core._episodes import EpisodeTally
@@ -25,7 +26,7 @@ from aiovec._core._requests import Failure, Op, Remade
 from aiovec._core._restart import RestartPolicy
 from aiovec._core._results import Restarts
 from aiovec._core._statistics import Counters, StepCounts
-from aiovec._exceptions import FailureBudgetError
+from aiovec._exceptions import FailureBudgetError, add_note
 
 __all__ = ["Recovery"]
 
@@ -47,7 +48,6 @@ class Recovery:
         self.policy = policy
         self._counters = counters
         self._health = health
-        self._restart_counts = np.zeros(num_envs, dtype=np.int64)
         self._consecutive_restarts = np.zeros(num_envs, dtype=np.int64)
         self._last_restart_at = np.full(num_envs, -2, dtype=np.int64)
         #: Sub-envs that missed the caller's own deadline, until the caller resets them.
@@ -64,6 +64,8 @@ class Recovery:
         #: Set when a restart found the failure budget spent: the caller raises it (``spent``)
         #: from the error it raises for the failed sub-envs, as when one is out of restarts.
         self._spent: FailureBudgetError | None = None
+        #: Set when a sub-env was past ``max_restarts``: noted on the error raised (``spent``).
+        self._capped: str | None = None
 
     def make_deadline(self) -> float | None:
         """How long making sub-envs may take: the policy's ``make_timeout``, else
@@ -100,6 +102,7 @@ class Recovery:
         check_open: Callable[[str], None],
         previous: dict[int, Any] | None = None,
         observation_row: Callable[[int], Any] | None = None,
+        reset_options: Callable[[int], Any] | None = None,
     ) -> Restarts | None:
         """Recreate the broken sub-envs under the restart policy (and reset them, with
         ``reset_payloads``) → ``{env_index: (reset reply or None, why)}``, or ``None`` when a
@@ -111,6 +114,8 @@ class Recovery:
         ``previous`` first); in a reset they are left needing a reset (``unusable_envs``), as
         is, always, one that missed the caller's deadline: made afresh with its worker, but
         not restarted (no new episode, not counted).
+        A reset with no payload in ``reset_payloads`` takes no seed and the options
+        ``reset_options(env_index)`` gives (default: none).
         ``check_open`` raises if the vector env was closed during an await. Whether the
         restarted sub-envs can step afterwards is the caller's to set.
         """
@@ -122,11 +127,12 @@ class Recovery:
         restarted: Restarts = {}
         while reasons:
             envs = sorted(reasons)
-            if policy.max_restarts is not None and any(
-                self._restart_counts[index] >= policy.max_restarts for index in envs
-            ):
-                logger.warning("sub-env(s) %s used up their %d restarts", envs,
-                               policy.max_restarts)
+            cap = policy.max_restarts
+            capped = [] if cap is None else [
+                index for index in envs if self._in_a_row(index) > cap]
+            if cap is not None and capped:
+                self._capped = _past_the_cap(capped, cap)
+                logger.warning("%s", self._capped)
                 return None
             delay = policy.delay(max(self._count_restart(index) for index in envs))
             if delay:
@@ -153,9 +159,10 @@ class Recovery:
                 if reset_payloads is None:
                     restarted.update((index, (None, reasons[index])) for index in made)
                 elif made:
-                    pending = self.backend.submit(
-                        Op.RESET, made, [reset_payloads.get(index, (None, None))
-                                         for index in made])
+                    pending = self.backend.submit(Op.RESET, made, [
+                        reset_payloads[index] if index in reset_payloads
+                        else (None, None if reset_options is None else reset_options(index))
+                        for index in made])
                     try:
                         await pending.wait()
                     except BaseException:  # cancelled: what still arrives is nobody's
@@ -189,24 +196,44 @@ class Recovery:
         return why is None
 
     def spent(self, error: BaseException) -> BaseException:
-        """The error to raise for a call whose failed sub-envs were not restarted: ``error``,
-        or the ``FailureBudgetError`` that stopped the restarts (caused by it, carrying its
+        """The error to raise for a call whose failed sub-envs were not restarted: ``error``
+        (with a note naming the cap, if a sub-env was past ``max_restarts``), or the
+        ``FailureBudgetError`` that stopped the restarts (caused by it, carrying its
         ``partial_result``)."""
         spent, self._spent = self._spent, None
+        capped, self._capped = self._capped, None
+        if capped is not None:
+            add_note(error, capped)
         if spent is None:
             return error
         spent.__cause__ = error
         spent.partial_result = getattr(error, "partial_result", None)
         return spent
 
+    def _in_a_row(self, env_index: int) -> int:
+        """How many restarts in a row one more restart of ``env_index`` makes: 1 if the
+        sub-env completed a step of its own since its last restart, else one more than then.
+
+        After a restart, the call that reports it returns one step for the sub-env (its cut
+        episode); in next-step mode, so does the next one (the reset that starts its new
+        episode). A step returned after those is the sub-env's own.
+        """
+        since = self.env_steps[env_index] - self._last_restart_at[env_index]
+        owed = 2 if self.backend.autoreset_mode is AutoresetMode.NEXT_STEP else 1
+        return int(self._consecutive_restarts[env_index]) + 1 if since <= owed else 1
+
     def _count_restart(self, env_index: int) -> int:
-        """Count one restart of ``env_index`` → how many it has had in a row, no step of its
-        own between."""
-        steps = self.env_steps[env_index]
-        if steps - self._last_restart_at[env_index] <= 1:
-            self._consecutive_restarts[env_index] += 1
-        else:
-            self._consecutive_restarts[env_index] = 1
-        self._last_restart_at[env_index] = steps
-        self._restart_counts[env_index] += 1
-        return int(self._consecutive_restarts[env_index])
+        """Count one restart of ``env_index`` → how many it has had in a row."""
+        in_a_row = self._consecutive_restarts[env_index] = self._in_a_row(env_index)
+        self._last_restart_at[env_index] = self.env_steps[env_index]
+        return in_a_row
+
+
+def _past_the_cap(env_indices: list[int], max_restarts: int) -> str:
+    """What the error raised for sub-envs past ``max_restarts`` says of it."""
+    if not max_restarts:
+        return (f"sub-env(s) {env_indices} not restarted: RestartPolicy.max_restarts=0 "
+                "allows no restart")
+    return (f"sub-env(s) {env_indices} not restarted: they broke again after "
+            f"{max_restarts} restart(s) in a row with no step of their own between "
+            f"(RestartPolicy.max_restarts={max_restarts}, restarts in a row)")

@@ -43,6 +43,8 @@ class Op(enum.Enum):
     STEP = "step"
     CALL = "call"
     SET_ATTR = "set_attr"
+    #: The reset options queued for a sub-env's next episodes (``Autoreset.queue_options``).
+    OPTIONS = "options"
     CLOSE = "close"
 
     # Members are singletons: hash them by identity, in C. Enum's own ``__hash__`` is a

@@ -16,10 +16,13 @@ class RestartPolicy:
     """Recreate a sub-env that raised, hung past its deadline or died, instead of raising.
 
     The recreated sub-env comes back in the same batch, its episode cut (``truncated=True``)
-    and ``infos["restart"]`` saying why. ``max_restarts`` caps the restarts of each sub-env
-    over the vector env's life (``None``: no cap); past it, the error is raised as without a
-    policy. A sub-env that breaks again before completing a step waits ``backoff`` seconds,
-    doubling (``backoff_factor``) up to ``max_backoff``, before its next attempt.
+    and ``infos["restart"]`` saying why. ``max_restarts`` caps each sub-env's restarts in a
+    row: a step of its own completed between two restarts starts the count again, so a long
+    run with rare faults never runs out, while a sub-env that breaks every time stops
+    (``None``: no cap). Past it, the error is raised as without a policy, with a note naming
+    the cap and its value. A sub-env that breaks again before completing a step waits
+    ``backoff`` seconds, doubling (``backoff_factor``) up to ``max_backoff``, before its next
+    attempt.
     ``make_timeout`` bounds each attempt to make (and, in same-step mode, reset) it.
 
     The failure budget of the whole vector env: past ``max_failures`` failures in all, or

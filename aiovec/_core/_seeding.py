@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_options", "per_env_seeds", "split_reset_mask"]
+from aiovec._core._episode_options import per_env_options
+
+__all__ = ["ResetOptions", "check_options", "per_env_seeds", "split_options",
+           "split_reset_mask"]
+
+#: A vector ``reset``'s ``options``: one dict for every sub-env, one entry per sub-env, or a
+#: dict from sub-env indices to each one's (``split_options``).
+ResetOptions = dict[Any, Any] | Sequence[dict[str, Any] | None] | None
 
 
 def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
@@ -51,9 +58,42 @@ def _checked_seed(value: object, where: str) -> int | None:
 
 
 def check_options(options: object) -> None:
-    """``options`` go to every sub-env's ``reset`` as keyword arguments' values: a dict."""
+    """``options`` go to every sub-env's ``reset``: a dict (or ``None``)."""
     if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
+        raise TypeError(f"options must be None, a dict, or one dict (or None) per sub-env, "
+                        f"got {type(options).__name__}")
+
+
+def split_options(options: object, num_envs: int) -> tuple[
+        np.ndarray[Any, np.dtype[np.bool_]] | None, dict[str, Any] | None,
+        list[dict[str, Any] | None] | None]:
+    """A vector ``reset``'s ``options`` → ``(reset_mask, options for all, options per
+    sub-env)``, checked before anything is sent. ``options`` is
+
+    - ``None``, or a dict for every sub-env (Gymnasium's: ``reset_mask`` picks which reset);
+    - a list (or tuple) of one entry per sub-env, each ``None`` or a dict: each sub-env's own;
+    - a dict from sub-env indices to such entries: those sub-envs reset, each with its own.
+    """
+    if isinstance(options, (list, tuple)):
+        return None, None, per_env_options(options, num_envs)
+    if isinstance(options, dict) and options and all(
+            isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in options):
+        reset_mask = np.zeros(num_envs, dtype=np.bool_)
+        per_env: list[dict[str, Any] | None] = [None] * num_envs
+        for key, entry in options.items():
+            if not 0 <= key < num_envs:
+                raise ValueError(f"options for sub-env {key}: there are {num_envs} sub-envs")
+            reset_mask[key] = True
+            per_env[key] = entry
+        return reset_mask, None, per_env_options(per_env, num_envs)
+    if isinstance(options, dict) and any(isinstance(key, numbers.Integral) for key in options):
+        raise TypeError("options mixes sub-env indices with option names: give either one "
+                        "dict for every sub-env, or a dict from sub-env indices to each one's "
+                        "options")
+    check_options(options)
+    assert options is None or isinstance(options, dict)
+    mask, shared = split_reset_mask(options, num_envs)
+    return mask, shared, None
 
 
 def split_reset_mask(

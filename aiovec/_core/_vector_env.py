@@ -25,7 +25,7 @@ from aiovec._core._in_flight import START_TIMEOUT, USE_DEFAULT, InFlight, Timeou
 from aiovec._core._options import AsyncVectorOptions, takes_options, with_defaults
 from aiovec._core._requests import CallRequest, EnvDescription, Op
 from aiovec._core._restart import RestartPolicy
-from aiovec._core._seeding import per_env_seeds, split_reset_mask
+from aiovec._core._seeding import ResetOptions, per_env_seeds, split_options
 from aiovec._core._selection import COROUTINE_ENVS_FOUND, BackendSelection
 from aiovec._core._spaces import VectorSpaces, check_observation_mode, resolve_spaces
 from aiovec._core._statistics import LatencySummary, Statistics
@@ -119,7 +119,8 @@ class AsyncVectorEnv:
         self._engine = Engine(
             self.num_envs, autoreset_mode, self._selection.make(),
             RestartPolicy.coerce(given["restart"]), copy=given["copy"], timeout=timeout,
-            validate_actions=bool(given["validate_actions"]), max_in_flight=max_in_flight)
+            validate_actions=bool(given["validate_actions"]), max_in_flight=max_in_flight,
+            episode_options=given["episode_options"])
         self.spec: gym.envs.registration.EnvSpec | None = None
         self._metadata: dict[str, Any] = {}
         self._render_mode: str | None = None
@@ -409,13 +410,17 @@ class AsyncVectorEnv:
         self,
         *,
         seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | None = None,
+        options: ResetOptions = None,
         timeout: Timeout = USE_DEFAULT,
         out: Any = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs (those in ``options["reset_mask"]``, else all) → ``(obs, infos)``.
 
         ``seed``: ``None``, an int ``s`` (sub-env ``i`` gets ``s + i``) or one seed per sub-env.
+        ``options``: one dict for every sub-env (Gymnasium's); or each sub-env its own (a task
+        per episode): a list of one dict (or ``None``) per sub-env, or a dict from the indices
+        of the sub-envs to reset to theirs. Sub-envs given none take ``episode_options``'s.
+        Each episode's own options are named in ``infos["episode_options"]``.
         Other sub-envs may be stepping after ``send`` meanwhile; a sub-env reset must not be
         (``BusyError``), and its results still waiting for ``recv`` are dropped.
         ``out``: as for ``step`` (the whole batch is written, reset or not).
@@ -550,6 +555,17 @@ class AsyncVectorEnv:
         self._engine.max_in_flight = value
 
     @property
+    def episode_options(self) -> Callable[[int], dict[str, Any] | None] | None:
+        """Where each new episode's reset options come from (``episode_options=``): a
+        function of the sub-env's index, or ``None``; settable at any time (episodes already
+        drawn for keep theirs)."""
+        return self._engine.episode_options.source
+
+    @episode_options.setter
+    def episode_options(self, source: Callable[[int], dict[str, Any] | None] | None) -> None:
+        self._engine.episode_options.set_source(source)
+
+    @property
     def num_stepping(self) -> int:
         """How many first-ready steps run now: dispatched, result not landed, aborted ones
         still running included (a thread, a worker process or a Ray actor cannot stop one;
@@ -596,14 +612,14 @@ class AsyncVectorEnv:
         return await self._engine.finish_step(in_flight, timeout)
 
     async def _submit_reset(
-        self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None,
+        self, seed: int | Sequence[int | None] | None, options: ResetOptions,
         out: Any = None,
     ) -> InFlight:
         self._engine.check_not_closed("reset")
         seeds = per_env_seeds(seed, self.num_envs)
-        reset_mask, env_options = split_reset_mask(options, self.num_envs)
+        reset_mask, env_options, per_env = split_options(options, self.num_envs)
         await self._ensure_started()
-        return self._engine.submit_reset(seeds, reset_mask, env_options, out)
+        return self._engine.submit_reset(seeds, reset_mask, env_options, out, per_env)
 
     async def _submit_call(self, name: str, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> InFlight:

@@ -20,6 +20,7 @@ from gymnasium.vector import VectorEnv as GymVectorEnv
 from aiovec._core._engine import PausedStep
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._options import VectorOptions, takes_options
+from aiovec._core._seeding import ResetOptions
 from aiovec._core._spaces import ObservationMode
 from aiovec._core._vector_env import AsyncVectorEnv, EnvFactory, StepResult
 from aiovec._shim._sync_face import SyncFace
@@ -105,7 +106,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
         self,
         *,
         seed: int | list[int | None] | None = None,
-        options: dict[str, Any] | None = None,
+        options: ResetOptions = None,
         out: Any = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the sub-envs and return the batched observations and infos; ``out`` as for
@@ -116,7 +117,7 @@ class VectorEnv(SyncFace[Any, StepResult, StepBatch],
     def reset_async(
         self,
         seed: int | list[int | None] | None = None,
-        options: dict[str, Any] | None = None,
+        options: ResetOptions = None,
     ) -> None:
         """Start resetting the sub-envs; collect the result with ``reset_wait``."""
         self._start("reset", self._env._submit_reset, seed, options)

@@ -107,6 +107,28 @@ async def test_an_episode_past_its_time_is_truncated_and_then_reset(backend: str
         assert obs.ravel().tolist() == [1] and not truncations.any()
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+async def test_a_cut_step_says_whether_it_was_running_when_the_time_ran_out(
+        backend: str, no_leaks: None) -> None:
+    """A hung tool or a slow policy: sub-env 1's first step sleeps past the episode's time
+    (running when it runs out: ``step_in_flight``, for how long); sub-env 0's second step
+    begins after its time ran out (the episode waited for its action: no ``step_in_flight``).
+    Sub-env 0 steps first wherever steps run one after another."""
+    workers = {"num_workers": 2} if backend in ("process", "ray") else {}
+    async with aiovec.AsyncVectorEnv(clock_envs(backend, 2), backend=backend,
+                                     episode_timeout=TIMEOUT, timeout=60, **workers) as envs:
+        await envs.reset(seed=0)
+        _, _, _, truncations, infos = await envs.step(np.array([0, 3]))  # 0.6 s > TIMEOUT
+        assert truncations.tolist() == [False, True]
+        assert infos["episode_timeout"].tolist() == [False, True]
+        assert infos["_step_in_flight"].tolist() == [False, True]
+        assert 0 < infos["step_in_flight"][1] <= TIMEOUT
+        _, _, _, truncations, infos = await envs.step(np.array([0, 0]))  # after 0.6 s
+        assert truncations.tolist() == [True, False]  # (sub-env 1: its reset step)
+        assert infos["episode_timeout"].tolist() == [True, False]
+        assert "step_in_flight" not in infos
+
+
 @pytest.mark.parametrize("backend", ["inline", "async"])
 async def test_the_envs_own_truncation_does_not_say_episode_timeout(backend: str) -> None:
     async with aiovec.AsyncVectorEnv(clock_envs(backend, 2, own_limit=2), backend=backend,

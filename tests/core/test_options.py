@@ -27,17 +27,17 @@ CONSTRUCTORS = [(aiovec.AsyncVectorEnv, AsyncVectorOptions), (aiovec.VectorEnv, 
                 (aiovec.ParallelVectorEnv, ParallelOptions)]
 
 #: The keywords each constructor took before they were declared in one place, with their
-#: defaults (and ``limits`` and ``episode_timeout``, added since): none may go away or change
-#: its default unnoticed.
+#: defaults (and ``limits``, ``episode_timeout`` and ``episode_options``, added since): none
+#: may go away or change its default unnoticed.
 CORE_KEYWORDS = {
     "backend": "auto", "autoreset_mode": AutoresetMode.NEXT_STEP, "copy": True,
     "timeout": None, "observation_mode": "same", "close_timeout": 10.0, "restart": None,
     "batch_size": None, "max_concurrency": None, "num_workers": None, "start_method": None,
     "parent_worker": None, "address": None, "actor_options": None, "validate_actions": False,
-    "max_in_flight": None, "limits": None, "episode_timeout": None,
+    "max_in_flight": None, "limits": None, "episode_timeout": None, "episode_options": None,
 }
 LEFT_OUT_BY_MULTI_AGENT = {"observation_mode", "batch_size", "validate_actions", "limits",
-                           "episode_timeout"}
+                           "episode_timeout", "episode_options"}
 #: The sync shim's leading parameters, in Gymnasium's ``AsyncVectorEnv`` order.
 GYMNASIUM_POSITIONS = ["env_fns", "shared_memory", "copy", "context", "daemon", "worker",
                        "observation_mode", "autoreset_mode"]

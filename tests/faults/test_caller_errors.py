@@ -23,7 +23,9 @@ BAD_RESETS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"seed": True}, TypeError, "got bool"),
     ({"seed": [0, 1]}, ValueError, "length must match num_envs=3"),
     ({"seed": "7"}, TypeError, "got str"),
-    ({"options": ["reset_mask"]}, TypeError, "options must be None or a dict, got list"),
+    ({"options": "reset_mask"}, TypeError, "options must be None, a dict, or one dict"),
+    ({"options": ["reset_mask"]}, ValueError, "options given per sub-env must be 3 entries"),
+    ({"options": [None, None, "task"]}, TypeError, "sub-env 2 must be None or a dict"),
     ({"options": {"reset_mask": np.ones(2, bool)}}, ValueError, "must have shape"),
     ({"options": {"reset_mask": np.zeros(3, bool)}}, ValueError, "at least one True"),
 ]

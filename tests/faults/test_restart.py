@@ -125,6 +125,53 @@ async def test_failed_reset_is_restarted_with_its_seed(backend: str, ledger: Fau
         assert obs[:, 3].tolist() == [0, 1]
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+async def test_rare_faults_never_use_up_the_restarts(backend: str, mode: str,
+                                                     ledger: FaultLedger,
+                                                     no_leaks: None) -> None:
+    """``max_restarts`` counts restarts in a row: every instance of sub-env 1 fails its second
+    step, so it completes a step between any two restarts and is restarted past the cap."""
+    faults = {1: [Fault("raise", "step", at=1)]}
+    policy = aiovec.RestartPolicy(max_restarts=1, backoff=0.0)
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend),
+                                     backend=backend, restart=policy,
+                                     autoreset_mode=mode) as envs:
+        await envs.reset(seed=0)
+        restarted = 0
+        for _ in range(12):
+            *_, infos = await envs.step(np.ones(2))
+            restarted += int("restart" in infos and infos["_restart"][1])
+        assert restarted == envs.statistics().restarts >= 3
+        assert ledger.faults([1]) == restarted
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+async def test_past_the_cap_the_error_names_it(backend: str, mode: str, ledger: FaultLedger,
+                                               no_leaks: None) -> None:
+    """Every instance of sub-env 1 fails its first step: restarted twice in a row, then the
+    sub-env's own error is raised, with a note naming the cap and its value. (In next-step
+    mode each restart's next step is the new episode's reset, not a step of its own.)"""
+    faults = {1: [Fault("raise", "step")]}
+    policy = aiovec.RestartPolicy(max_restarts=2, backoff=0.0)
+    async with aiovec.AsyncVectorEnv(faulty(2, ledger, faults, backend=backend),
+                                     backend=backend, restart=policy,
+                                     autoreset_mode=mode) as envs:
+        await envs.reset(seed=0)
+        for _ in range(2 if mode == "SameStep" else 4):  # fail, (reset,) fail, (reset)
+            await envs.step(np.ones(2))
+        with pytest.raises(aiovec.SubEnvErrorGroup) as caught:
+            await envs.step(np.ones(2))
+        assert caught.value.env_ids == (1,)
+        assert "InjectedFault" in str(caught.value.exceptions[0])
+        notes = getattr(caught.value, "__notes__", [])
+        assert len(notes) == 1
+        assert "RestartPolicy.max_restarts=2" in notes[0] and "in a row" in notes[0]
+        assert envs.statistics().restarts == 2 and ledger.faults([1]) == 3
+        assert envs.unusable_envs == (1,)
+
+
 @pytest.mark.parametrize("backend", DEADLINE_BACKENDS)
 async def test_restart_counts_per_env_and_backoff_is_validated(backend: str) -> None:
     with pytest.raises(ValueError, match="backoff_factor"):

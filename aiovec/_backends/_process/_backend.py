@@ -72,7 +72,11 @@ from aiovec._object_space import ObjectSpace
 __all__ = ["ProcessBackend"]
 
 _KIND_OF_OP = {Op.RESET: Kind.RESET, Op.STEP: Kind.STEP, Op.CALL: Kind.CALL,
-               Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE}
+               Op.SET_ATTR: Kind.SET_ATTR, Op.CLOSE: Kind.CLOSE, Op.MAKE: Kind.MAKE,
+               Op.OPTIONS: Kind.OPTIONS}
+#: Requests only the workers of the sub-envs they address get (the others go to every worker,
+#: a payload per hosted sub-env).
+_ADDRESSED = (Op.RESET, Op.MAKE, Op.OPTIONS)
 # Seconds to wait for a dead worker's exit status: its fork server first ends what the
 # worker left behind (SIGTERM, a grace, SIGKILL). Event-driven: only a status that never
 # comes waits this long.
@@ -531,7 +535,7 @@ class ProcessBackend(Backend):
         frames: list[tuple[WorkerHandle, bytes]] = []
         dead: list[WorkerHandle] = []
         for worker in self._workers:
-            requested = (pending.hosted_by(worker) if op in (Op.RESET, Op.MAKE) or some
+            requested = (pending.hosted_by(worker) if op in _ADDRESSED or some
                          else worker.env_indices)
             if not requested:
                 continue
@@ -545,6 +549,9 @@ class ProcessBackend(Backend):
                 payload = self._step_payload(worker, payloads)
             elif op is Op.RESET:
                 payload = dumps([(env_index, *payloads[pending.position(env_index)])
+                                 for env_index in requested])
+            elif op is Op.OPTIONS:
+                payload = dumps([(env_index, payloads[pending.position(env_index)])
                                  for env_index in requested])
             elif op is Op.SET_ATTR or op is Op.CALL:
                 payload = dumps([payloads[env_index] for env_index in requested])

@@ -41,7 +41,7 @@ __all__ = ["serve_coroutines"]
 _CLOSE_TIMEOUT = 10.0
 
 _OP_OF_KIND = {Kind.RESET: Op.RESET, Kind.STEP: Op.STEP, Kind.CALL: Op.CALL,
-               Kind.SET_ATTR: Op.SET_ATTR, Kind.MAKE: Op.MAKE}
+               Kind.SET_ATTR: Op.SET_ATTR, Kind.MAKE: Op.MAKE, Kind.OPTIONS: Op.OPTIONS}
 
 
 class _Requests(Arrivals):

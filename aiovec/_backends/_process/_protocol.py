@@ -39,6 +39,7 @@ class Kind(enum.IntEnum):
     # Coroutine workers only (``_coroutine_worker``):
     DISCARD = 12  # give up on some hosted sub-envs (cancel what they run); acknowledged
     ABORT = 13  # withdraw some first-ready steps; payload: (step's sequence, env index) pairs
+    OPTIONS = 14  # queue reset options of later episodes; payload: (env index, options) pairs
 
 
 def encode(kind: Kind, sequence: int, payload: bytes = b"") -> bytes:

@@ -245,6 +245,11 @@ class HostedEnvs:
             replies.append(portable(reply) if type(reply) is Failure else None)
         return replies
 
+    def queue_options(self, requests: list[tuple[int, tuple[Any, ...]]]) -> list[Any]:
+        """Queue reset options for later episodes, ``(env index, options queued)`` each."""
+        return [self.slots[env_index - self.first_env].run(Op.OPTIONS, queued)
+                for env_index, queued in requests]
+
     def reset(self, requests: list[tuple[int, int | None, dict[str, Any] | None]]) -> list[Any]:
         views = self.views
         assert views is not None
@@ -658,6 +663,10 @@ def _answer_requests(worker: HostedEnvs, sock: socket.socket, *, poll: bool = Tr
             requests = pickle.loads(payload)
             sock.sendall(_reply(sequence, "reset", worker.reset(requests),
                                 [env_index for env_index, _, _ in requests]))
+        elif kind is Kind.OPTIONS:
+            requests = pickle.loads(payload)
+            sock.sendall(_reply(sequence, "options", worker.queue_options(requests),
+                                [env_index for env_index, _ in requests]))
         elif kind is Kind.CALL:
             replies = worker.run_each(Op.CALL, pickle.loads(payload))
             sock.sendall(_reply(sequence, "call", replies, hosted))
