@@ -10,7 +10,7 @@ import numpy as np
 
 from aiovec._core._episode_options import per_env_options
 
-__all__ = ["ResetOptions", "check_options", "per_env_seeds", "split_options",
+__all__ = ["ResetOptions", "check_options", "per_env_seeds", "per_sub_env", "split_options",
            "split_reset_mask"]
 
 #: A vector ``reset``'s ``options``: one dict for every sub-env, one entry per sub-env, or a
@@ -64,6 +64,13 @@ def check_options(options: object) -> None:
                         f"got {type(options).__name__}")
 
 
+def per_sub_env(options: object) -> bool:
+    """Whether ``options`` give each sub-env its own (``split_options``)."""
+    return isinstance(options, (list, tuple)) or (
+        isinstance(options, dict) and bool(options) and all(
+            isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in options))
+
+
 def split_options(options: object, num_envs: int) -> tuple[
         np.ndarray[Any, np.dtype[np.bool_]] | None, dict[str, Any] | None,
         list[dict[str, Any] | None] | None]:
@@ -76,8 +83,8 @@ def split_options(options: object, num_envs: int) -> tuple[
     """
     if isinstance(options, (list, tuple)):
         return None, None, per_env_options(options, num_envs)
-    if isinstance(options, dict) and options and all(
-            isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in options):
+    if per_sub_env(options):
+        assert isinstance(options, dict)
         reset_mask = np.zeros(num_envs, dtype=np.bool_)
         per_env: list[dict[str, Any] | None] = [None] * num_envs
         for key, entry in options.items():

@@ -16,6 +16,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from aiovec._core._arguments import check_timeout
 from aiovec._core._first_ready import StepBatch
 from aiovec._core._in_flight import USE_DEFAULT
+from aiovec._core._seeding import ResetOptions
 from aiovec._exceptions import ClosedError
 from aiovec._remote._vector_env import AsyncRemoteVectorEnv, Encoding
 from aiovec._shim._loop_driver import LoopDriver
@@ -59,7 +60,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         return repr(self._remote).replace("AsyncRemoteVectorEnv", "RemoteVectorEnv", 1)
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+              options: ResetOptions = None) -> tuple[Any, dict[str, Any]]:
         self._begin_call("reset")
         return self._driver.run(self._remote.reset, seed=seed, options=options)
 
@@ -71,7 +72,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
     # the server works while the caller does, ``*_wait`` collects the answer.
 
     def reset_async(self, seed: int | Sequence[int | None] | None = None,
-                    options: dict[str, Any] | None = None) -> None:
+                    options: ResetOptions = None) -> None:
         """Send the reset; collect it with ``reset_wait``."""
         self._begin_call("reset_async")
         call = self._remote._begin_reset(seed, options, USE_DEFAULT)

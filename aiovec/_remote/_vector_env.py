@@ -37,7 +37,13 @@ from aiovec._core._refusals import (
     check_nothing_owed,
     check_reset_done,
 )
-from aiovec._core._seeding import per_env_seeds
+from aiovec._core._seeding import (
+    ResetOptions,
+    check_options,
+    per_env_seeds,
+    per_sub_env,
+    split_options,
+)
 from aiovec._exceptions import (
     ClosedError,
     EnvTimeoutError,
@@ -200,9 +206,10 @@ class AsyncRemoteVectorEnv:
     # ------------------------------------------------------------------ the API
 
     async def reset(self, *, seed: int | Sequence[int | None] | None = None,
-                    options: dict[str, Any] | None = None,
+                    options: ResetOptions = None,
                     timeout: Timeout = USE_DEFAULT) -> tuple[Any, dict[str, Any]]:
-        """Reset the sub-envs → ``(obs, infos)``; ``seed`` as for ``AsyncVectorEnv``."""
+        """Reset the sub-envs → ``(obs, infos)``; ``seed`` and ``options`` as for
+        ``AsyncVectorEnv`` (each sub-env's own options too)."""
         call = self._begin_reset(seed, options, timeout)
         return self._reset_result(call, await self._finish(call, refusals=False))
 
@@ -328,20 +335,28 @@ class AsyncRemoteVectorEnv:
     # ------------------------------------------------------------------ calls, in two phases
 
     def _begin_reset(self, seed: int | Sequence[int | None] | None,
-                     options: dict[str, Any] | None, timeout: Timeout) -> _Call:
+                     options: ResetOptions, timeout: Timeout) -> _Call:
         deadline = self._deadline(timeout)
         seeds = per_env_seeds(seed, self.num_envs)  # the caller's mistake, refused here
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be None or a dict, got {type(options).__name__}")
-        mask = None if options is None else options.get("reset_mask")
-        try:  # (a mask the server will refuse still names no sub-env here)
-            reset_ids = (list(range(self.num_envs)) if mask is None
-                         else np.flatnonzero(np.asarray(mask)).tolist())
-        except (TypeError, ValueError):
-            reset_ids = []
         fields: dict[str, Any] = {"seed": None if seed is None else seeds}
-        if options is not None:
-            fields["options"] = options
+        if per_sub_env(options):  # each sub-env its own: an array on the wire
+            reset_mask, _, per_env = split_options(options, self.num_envs)
+            reset_ids = (list(range(self.num_envs)) if reset_mask is None
+                         else np.flatnonzero(reset_mask).tolist())
+            fields["options"] = per_env
+            if reset_mask is not None:
+                fields["reset_ids"] = reset_ids
+        else:
+            check_options(options)
+            assert options is None or isinstance(options, dict)
+            mask = None if options is None else options.get("reset_mask")
+            try:  # (a mask the server will refuse still names no sub-env here)
+                reset_ids = (list(range(self.num_envs)) if mask is None
+                             else np.flatnonzero(np.asarray(mask)).tolist())
+            except (TypeError, ValueError):
+                reset_ids = []
+            if options is not None:
+                fields["options"] = options
         call = self._begin("reset", fields, deadline)  # claims the env: last
         call.reset_ids = reset_ids
         return call

@@ -187,14 +187,34 @@ def _with_mask_array(options: dict[str, Any]) -> dict[str, Any]:
                          "sub-env") from None
 
 
+def _per_sub_env(options: list[Any], reset_ids: Any, num_envs: int) -> Any:
+    """Each sub-env's own reset options (an array, one entry per sub-env), as a local caller
+    passes them: the list, or for a reset of some (``reset_ids``) a dict from their
+    indices."""
+    if reset_ids is None:
+        return options
+    if not (isinstance(reset_ids, list) and reset_ids and all(
+            type(index) is int and 0 <= index < num_envs for index in reset_ids)):
+        raise ServeError("invalid", f"reset_ids must be a list of sub-env indices "
+                         f"(0 to {num_envs - 1})")
+    if len(options) != num_envs:
+        raise ServeError("invalid", f"options: one entry per sub-env ({num_envs}), got "
+                         f"{len(options)}")
+    return {index: options[index] for index in reset_ids}
+
+
 async def reset(session: Session, request: Mapping[str, Any]) -> dict[str, Any]:
     options = request.get("options")
     if options is not None:
         if not session.served.reset_options:
             raise ServeError("invalid", f"{session.env_id} takes no reset options here")
-        if not isinstance(options, dict):
-            raise ServeError("invalid", "options must be an object or null")
-        options = _with_mask_array(options)
+        if isinstance(options, list):
+            options = _per_sub_env(options, request.get("reset_ids"), session.envs.num_envs)
+        elif isinstance(options, dict):
+            options = _with_mask_array(options)
+        else:
+            raise ServeError("invalid", "options must be an object, an array (one entry per "
+                             "sub-env) or null")
     observations, infos = await session.envs.reset(
         seed=_seed(request, session.envs.num_envs), options=options,
         timeout=_deadline(request, session))

@@ -19,6 +19,7 @@ from starlette.routing import Mount
 import aiovec
 from aiovec.serve import EnvServer, Limits, ServedEnv, run
 from aiovec.testing import CountingEnv, EpisodeEnv, Fault, FaultyEnv
+from tests.envs import TaskEnv
 from tests.object_envs import ChatEnv, UnicodeTextEnv
 
 #: Bearer tokens of the ``tokens`` server, by principal.
@@ -166,6 +167,8 @@ ENVS: dict[str, ServedEnv] = {
     "Box-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=4),
     "Options-v0": ServedEnv(functools.partial(EpisodeEnv, "box"), max_envs=2,
                             reset_options=True),
+    # Each episode plays the task its reset options name (a task per episode).
+    "Tasks-v0": ServedEnv(TaskEnv, max_envs=3, reset_options=True),
     "BadClose-v0": ServedEnv(BadCloseCartPole, max_envs=2),
     "Unservable-v0": ServedEnv(SequenceObservations, max_envs=1),
     # Observations that are Python objects (a chat) and text of any Unicode.
