@@ -342,7 +342,10 @@ class Engine:
         if out is not None:
             check_out(out, self.results.observations)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
-        self.episode_options.before_step(self._every_env, backend)
+        episodes = self.episode_options
+        if episodes.active:
+            episodes.draw_ahead(self._every_env)
+            episodes.ship(self._every_env, backend)
         return self.submit(Op.STEP, "step", self.all_envs, payloads, out)
 
     def _reset_needed_message(self) -> str:
@@ -537,7 +540,7 @@ class Engine:
             check_out(out, self.results.observations)
         episodes = self.episode_options
         chosen: list[Any] | None = None  # each episode's own options, if any
-        if per_env is not None or (env_options is None and episodes.source is not None):
+        if per_env is not None or (not env_options and episodes.source is not None):
             chosen = episodes.reset_options(indices, per_env)
             payloads = [(seeds[index], options) for index, options in zip(indices, chosen)]
         else:
@@ -808,13 +811,16 @@ class Engine:
         if queue:
             batch = copy_batch(self.checkers.single_action_space, batch)
         payloads = batch if backend.takes_action_batches else checker.split(batch)
-        if self.episode_options.source is not None:
-            self.episode_options.before_step(np.asarray(ids), backend)
+        episodes = self.episode_options
+        if episodes.active:
+            episodes.draw_ahead(np.asarray(ids))
         if queue:
             sent = first.enqueue(ids, payloads, seconds, self.checkers.single_action_space
                                  if backend.takes_action_batches else None)
             self._dispatch_queued(raising=sent)
             return
+        if episodes.active:
+            episodes.ship(np.asarray(ids), backend)
         pending = backend.submit(Op.STEP, ids, payloads, first.arrivals)
         deadline = None if seconds is None else first.clock() + seconds
         first.sent(pending, deadline, seconds)
@@ -851,6 +857,8 @@ class Engine:
                 env_ids = send.env_ids
                 ids = env_ids if len(rows) == len(env_ids) else [env_ids[row] for row in rows]
                 try:
+                    if self.episode_options.active:
+                        self.episode_options.ship(np.asarray(ids), backend)
                     pending = backend.submit(Op.STEP, ids, send.rows(rows), first.arrivals)
                 except Exception as error:
                     if send is raising:

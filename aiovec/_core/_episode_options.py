@@ -75,11 +75,12 @@ class EpisodeOptions:
         self._same_step = autoreset_mode is AutoresetMode.SAME_STEP
         self._next_step = autoreset_mode is AutoresetMode.NEXT_STEP
         #: Per sub-env: options drawn for its next automatic resets, not used yet (oldest
-        #: first); whether its host holds exactly these and they are not none (else they are
-        #: drawn and sent before its next step).
+        #: first); whether none are (the next are drawn before it steps); whether its host
+        #: holds exactly these (else they are sent before it steps).
         self.queued: list[collections.deque[dict[str, Any] | None]] = [
             collections.deque() for _ in range(num_envs)]
-        self._ready = np.zeros(num_envs, dtype=np.bool_)
+        self._empty = np.ones(num_envs, dtype=np.bool_)
+        self._ready = np.ones(num_envs, dtype=np.bool_)
         #: The options of the episode each sub-env plays.
         self.current: list[dict[str, Any] | None] = [None] * num_envs
         #: Next-step mode: the sub-envs whose next result is the reset that starts an episode.
@@ -108,23 +109,33 @@ class EpisodeOptions:
 
     # ------------------------------------------------------------------ before a call
 
-    def before_step(self, env_ids: Any, backend: Backend) -> None:
-        """Sub-envs ``env_ids`` (an array) are about to step: each gets the options of its
-        next episode queued at its host (drawn now if none is left). Raises, sending nothing,
-        if the source does."""
+    def draw_ahead(self, env_ids: Any) -> None:
+        """Sub-envs ``env_ids`` (an array) were sent a step: those with no options left for
+        their next episode get them now, from the source (raising, as the call that sent
+        them, if it does)."""
         if self.source is None or not (self._same_step or self._next_step):
+            return
+        todo = env_ids[self._empty[env_ids]]
+        if not todo.size:
+            return
+        queued = self.queued
+        for env_index in todo.tolist():
+            queued[env_index].append(self.draw(env_index))
+            self._empty[env_index] = False
+            self._ready[env_index] = False
+
+    def ship(self, env_ids: Any, backend: Backend) -> None:
+        """Sub-envs ``env_ids`` (an array) are about to be submitted a step: their hosts get
+        what is queued for them where they may not hold it (``Backend.queue_options``; never
+        while they are remade: the engine submits nothing then)."""
+        if not self.active or not (self._same_step or self._next_step):
             return
         todo = env_ids[~self._ready[env_ids]]
         if not todo.size:
             return
         queued = self.queued
-        stale: dict[int, tuple[Any, ...]] = {}
-        for env_index in todo.tolist():
-            waiting = queued[env_index]
-            if not waiting:
-                waiting.append(self.draw(env_index))
-            stale[env_index] = tuple(waiting)
-        backend.queue_options(stale)
+        backend.queue_options({env_index: tuple(queued[env_index])
+                               for env_index in todo.tolist()})
         self._ready[todo] = True
 
     def reset_options(self, env_indices: Sequence[int],
@@ -198,12 +209,12 @@ class EpisodeOptions:
             began = ended
         else:
             return
-        queued, ready = self.queued, self._ready
-        for row in np.flatnonzero(began).tolist():
+        queued, empty = self.queued, self._empty
+        for row in np.flatnonzero(began).tolist():  # (the host took the same: still in step)
             env_index = int(env_ids[row])
             waiting = queued[env_index]
             options = current[env_index] = waiting.popleft() if waiting else None
-            ready[env_index] = False
+            empty[env_index] = not waiting
             if options is not None:
                 _name(infos, row, size, options)
 
@@ -211,18 +222,28 @@ class EpisodeOptions:
 
     def restart_options(self, env_index: int) -> dict[str, Any] | None:
         """A same-step restart resets ``env_index`` afresh: the options it takes (the oldest
-        queued, else new ones from the source); the lost episode's are kept to be named."""
-        self._lost.setdefault(env_index, self.current[env_index])
+        queued, else new ones from the source; on a second attempt within the restart, the
+        same); the lost episode's are kept to be named."""
+        if env_index in self._lost:  # (taken already by this restart's first attempt)
+            return self.current[env_index]
+        self._lost[env_index] = self.current[env_index]
         waiting = self.queued[env_index]
         options = self.current[env_index] = waiting.popleft() if waiting else self.draw(
             env_index)
+        self._empty[env_index] = not waiting
         self._ready[env_index] = False
         return options
 
     def remade(self, env_indices: Sequence[int]) -> None:
-        """``env_indices`` were made afresh (their hosts' queues are gone): their episodes
-        are lost (kept to be named, unless ``restart_options`` kept them) and their queues are
-        sent again before their next step."""
-        for env_index in env_indices:
-            self._lost.setdefault(env_index, self.current[env_index])
-        self._ready[list(env_indices)] = False
+        """``env_indices`` were made afresh (their hosts' queues are gone, sent again before
+        their next step): their episodes are lost (kept to be named, unless
+        ``restart_options`` kept them); not one that had ended already and waited for its
+        reset (next-step mode: named then). In next-step mode their next step is a reset."""
+        indices = list(env_indices)
+        lost, resetting = self._lost, self._resetting
+        for env_index in indices:
+            if env_index not in lost:
+                lost[env_index] = None if resetting[env_index] else self.current[env_index]
+        self._ready[indices] = False
+        if self._next_step:
+            resetting[indices] = True

@@ -197,3 +197,88 @@ async def test_a_masked_reset_in_a_first_ready_loop_keeps_the_others_stepping(
         other = 1 - done
         batch = await envs.recv()
         assert batch.env_ids.tolist() == [other] and batch.terminations[0]
+
+
+@pytest.mark.parametrize("backend", ["inline", "async", "process"])
+async def test_a_masked_reset_draws_from_the_source(backend: str, no_leaks: None) -> None:
+    """Gymnasium's ``reset_mask`` (no options of their own): the sub-envs it resets take
+    their next tasks from ``episode_options``; the others keep theirs."""
+    tasks = Tasks(2)
+    async with aiovec.AsyncVectorEnv(task_envs(backend, 2), backend=backend,
+                                     episode_options=tasks) as envs:
+        obs, _ = await envs.reset(seed=0)
+        assert obs[:, 0].tolist() == [0, 100]
+        obs, infos = await envs.reset(options={"reset_mask": np.array([False, True])})
+        assert obs[:, 0].tolist() == [0, 101]
+        assert infos["_episode_options"].tolist() == [False, True]
+
+
+@pytest.mark.parametrize("backend", LOCAL_BACKENDS)
+async def test_next_step_mode_in_a_first_ready_loop_plays_the_tasks_in_order(
+        backend: str, no_leaks: None) -> None:
+    tasks = Tasks(2)
+    played: list[list[int]] = [[0], [100]]
+    async with aiovec.AsyncVectorEnv(task_envs(backend, 2), backend=backend,
+                                     episode_options=tasks, max_in_flight=1) as envs:
+        await envs.reset(seed=0)
+        envs.send(np.zeros(2, dtype=np.int64))  # one steps, one waits under the cap
+        for turn in range(16):
+            batch = await envs.recv(batch_size=1)
+            env_index = int(batch.env_ids[0])
+            if batch.observations[0, 1] == 0:  # the reset step: an episode begins
+                assert _task(batch.infos["episode_options"][0]) == batch.observations[0, 0]
+                played[env_index].append(int(batch.observations[0, 0]))
+            if turn < 14:
+                envs.send(np.zeros(1, dtype=np.int64), batch.env_ids)
+    for env_index in range(2):
+        assert played[env_index] == [100 * env_index + k
+                                     for k in range(len(played[env_index]))]
+        assert len(played[env_index]) >= 2
+
+
+async def test_options_already_drawn_are_played_after_the_source_is_removed(
+        no_leaks: None) -> None:
+    tasks = Tasks(1)
+    async with aiovec.AsyncVectorEnv(task_envs("thread", 1), backend="thread",
+                                     autoreset_mode=AutoresetMode.SAME_STEP,
+                                     episode_options=tasks) as envs:
+        await envs.reset(seed=0)  # task 0
+        await envs.step(np.zeros(1, dtype=np.int64))  # task 1 drawn, waiting
+        envs.episode_options = None
+        obs, _, terminations, _, infos = await envs.step(np.zeros(1, dtype=np.int64))
+        assert terminations[0] and obs[0].tolist() == [1, 0]
+        assert infos["episode_options"][0] == {"task": 1}
+        await envs.step(np.zeros(1, dtype=np.int64))
+        obs, _, terminations, _, infos = await envs.step(np.zeros(1, dtype=np.int64))
+        assert terminations[0] and obs[0].tolist() == [-1, 0]  # none drawn: no options
+        assert "episode_options" not in infos
+        assert tasks.drawn == [[0, 1]]
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+async def test_a_neighbour_restarted_with_a_crashed_sub_env_keeps_its_tasks(
+        mode: str, no_leaks: None) -> None:
+    """Process backend, both sub-envs in one worker: sub-env 0's crash restarts the worker,
+    so sub-env 1 loses its episode too; each is reported with its task, and each goes on
+    with its next one."""
+    tasks = Tasks(2)
+    async with aiovec.AsyncVectorEnv(task_envs("process", 2, length=3), backend="process",
+                                     num_workers=1, autoreset_mode=mode,
+                                     episode_options=tasks,
+                                     restart=aiovec.RestartPolicy(backoff=0.0)) as envs:
+        await envs.reset(seed=0)
+        await envs.step(np.zeros(2, dtype=np.int64))
+        obs, _, _, truncations, infos = await envs.step(np.array([7, 0]))
+        assert truncations.tolist() == [True, True]
+        ending = infos["final_info"] if mode == "SameStep" else infos
+        assert [ending["episode_options"][i] for i in range(2)] == [{"task": 0}, {"task": 100}]
+        if mode == "NextStep":
+            obs, _, _, _, infos = await envs.step(np.zeros(2, dtype=np.int64))
+        assert obs.tolist() == [[1, 0], [101, 0]]
+        assert [infos["episode_options"][i] for i in range(2)] == [{"task": 1}, {"task": 101}]
+        for _ in range(3):  # each plays its episode to the end: the next tasks follow
+            obs, _, terminations, _, infos = await envs.step(np.zeros(2, dtype=np.int64))
+        if mode == "NextStep":
+            assert terminations.all()
+            obs, *_ = await envs.step(np.zeros(2, dtype=np.int64))
+        assert obs.tolist() == [[2, 0], [102, 0]]
