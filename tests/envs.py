@@ -320,7 +320,8 @@ class CrashingEnv(CountingEnv):
 class TaskEnv(gym.Env[np.ndarray, int]):
     """Plays the task its reset options name (``{"task": t}``; none: task -1) for ``length``
     steps; the observation is ``[task, steps taken]``. Action 7 raises (a tool that crashes),
-    any other steps."""
+    8 ends the process it runs in (a worker taken down: never on the inline backend), any
+    other steps."""
 
     observation_space = gym.spaces.Box(-1, 1e6, (2,), np.float64)
     action_space = gym.spaces.Discrete(10)
@@ -339,6 +340,8 @@ class TaskEnv(gym.Env[np.ndarray, int]):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if action == 7:
             raise RuntimeError(f"the tool crashed in task {self.task}")
+        if action == 8:
+            os._exit(3)
         self.taken += 1
         return (np.array([self.task, self.taken]), 1.0, self.taken >= self.length, False,
                 {"task": self.task})

@@ -258,9 +258,9 @@ async def test_options_already_drawn_are_played_after_the_source_is_removed(
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 async def test_a_neighbour_restarted_with_a_crashed_sub_env_keeps_its_tasks(
         mode: str, no_leaks: None) -> None:
-    """Process backend, both sub-envs in one worker: sub-env 0's crash restarts the worker,
-    so sub-env 1 loses its episode too; each is reported with its task, and each goes on
-    with its next one."""
+    """Process backend, both sub-envs in one worker: sub-env 0 takes the worker down, so
+    sub-env 1 loses its episode too; each is reported with its task, and each goes on with
+    its next one."""
     tasks = Tasks(2)
     async with aiovec.AsyncVectorEnv(task_envs("process", 2, length=3), backend="process",
                                      num_workers=1, autoreset_mode=mode,
@@ -268,7 +268,7 @@ async def test_a_neighbour_restarted_with_a_crashed_sub_env_keeps_its_tasks(
                                      restart=aiovec.RestartPolicy(backoff=0.0)) as envs:
         await envs.reset(seed=0)
         await envs.step(np.zeros(2, dtype=np.int64))
-        obs, _, _, truncations, infos = await envs.step(np.array([7, 0]))
+        obs, _, _, truncations, infos = await envs.step(np.array([8, 0]))
         assert truncations.tolist() == [True, True]
         ending = infos["final_info"] if mode == "SameStep" else infos
         assert [ending["episode_options"][i] for i in range(2)] == [{"task": 0}, {"task": 100}]
