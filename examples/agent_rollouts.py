@@ -16,6 +16,7 @@ nothing about the policy). First-ready: whatever finished first goes to the poli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import tempfile
@@ -36,10 +37,8 @@ Chat = tuple[dict[str, str], ...]
 
 def delete_lease(path: str) -> None:
     """The sandbox provider's delete (idempotent: the env and its cleanup may both call it)."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class ToolEnv(aiovec.AsyncEnv[Chat, str]):
@@ -61,7 +60,7 @@ class ToolEnv(aiovec.AsyncEnv[Chat, str]):
         self.end_lease()
         path = os.path.join(self.leases, f"{os.getpid()}-{id(self)}-{options['key']}")
         handle = aiovec.register_cleanup(self, functools.partial(delete_lease, path))
-        open(path, "w").close()  # (registered first: a crash in between leaks nothing)
+        await anyio.Path(path).touch()  # (registered first: a crash in between leaks nothing)
         self.lease = (path, handle)
         self.chat: Chat = ({"role": "user", "content": options["prompt"]},)
         return self.chat, {}
@@ -128,7 +127,8 @@ async def main(groups: int, want: int, crash: float, hang: float) -> None:
                 limits={"judge": aiovec.Limit(concurrency=4)}) as envs:
             chats, _ = await envs.reset(seed=0)
             envs.send(await policy(chats))
-            async for batch in envs.batches(batch_size=32, min_size=8, wait=0.02):
+            size = min(32, envs.num_envs)  # whatever finished, up to 32, once a quarter did
+            async for batch in envs.batches(batch_size=size, min_size=size // 4, wait=0.02):
                 turns += len(batch.env_ids)
                 outcomes = aiovec.episode_outcomes(batch.terminations, batch.truncations,
                                                    batch.infos)
