@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 import resource
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -454,6 +455,10 @@ async def _child(spec: dict[str, Any]) -> None:
 def run_child(spec: dict[str, Any]) -> None:
     """Run one contender until interrupted (SIGINT: the event loop's runner cancels it, its
     clean-up runs; SIGKILL: nothing of this process runs)."""
+    # The SIGINT is the run's protocol: a shell that starts the benchmark in the background
+    # (``... &`` in a script, no job control) starts it with SIGINT ignored, which its children
+    # inherit, and then no contender would ever see one (each ran on, killed after 120 s).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     loop_factory = None
     if spec.get("loop") == "uvloop":
         import uvloop
