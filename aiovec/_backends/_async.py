@@ -121,8 +121,7 @@ class _AsyncSlot:
 
     async def _automatic_reset(self, env: Any) -> Any:
         """``env.reset`` at an episode's end, with the next options queued → ``(obs, info)``."""
-        options = self.autoreset.next_options()
-        obs, info = await (env.reset() if options is None else env.reset(options=options))
+        obs, info = await env.reset(**self.autoreset.next_reset())
         self.last_obs = obs
         return obs, info
 

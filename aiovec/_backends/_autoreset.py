@@ -105,10 +105,12 @@ class Autoreset:
         option unseen, in a step that was aborted, cannot drift from it)."""
         self.queued = collections.deque(queued)
 
-    def next_options(self) -> dict[str, Any] | None:
-        """An automatic reset begins: the options it takes (the oldest queued, if any)."""
+    def next_reset(self) -> dict[str, Any]:
+        """An automatic reset begins: the keywords of its ``env.reset`` call, the oldest options
+        queued if any (``{}``: a plain ``env.reset()``, as Gymnasium's own autoreset makes)."""
         queued = self.queued
-        return queued.popleft() if queued else None
+        options = queued.popleft() if queued else None
+        return {} if options is None else {"options": options}
 
     def reset_instead_of_step(self) -> bool:
         """True (once) when this step resets the env instead of stepping it."""

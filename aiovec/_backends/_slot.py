@@ -106,8 +106,7 @@ class EnvSlot:
                 raise self._not_running()
             autoreset = self.autoreset
             if autoreset.pending and autoreset.reset_instead_of_step():
-                options = autoreset.next_options()
-                obs, info = env.reset() if options is None else env.reset(options=options)
+                obs, info = env.reset(**autoreset.next_reset())
                 return obs, 0.0, False, False, info, None
             if autoreset.episode_timeout is None:
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -117,8 +116,7 @@ class EnvSlot:
                 truncated, info = autoreset.cut(terminated, truncated, info, started)
             if (terminated or truncated) and autoreset.reset_now(terminated, truncated):
                 final = {"final_obs": obs, "final_info": info}
-                options = autoreset.next_options()
-                obs, info = env.reset() if options is None else env.reset(options=options)
+                obs, info = env.reset(**autoreset.next_reset())
                 return obs, reward, terminated, truncated, info, final
             return obs, reward, terminated, truncated, info, None
         except Exception as exc:
