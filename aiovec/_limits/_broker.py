@@ -133,6 +133,7 @@ class Broker:
             if waiter.refused:  # out of line already
                 return True
             pool.line.remove(waiter)
+            waiter.refused = True  # out of line: a second withdrawal finds it so
             grants, due = self._grant(pool)  # it may have been the head, held back by a rate
         self._deliver(name, grants, due)
         return True

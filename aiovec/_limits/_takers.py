@@ -44,7 +44,8 @@ class LocalTaker:
         self._broker = broker
         self._can_wait = can_wait
         self._abandoned = False
-        self._waiting: Waiter | None = None
+        #: The take in line, if any, and its limit's name.
+        self._waiting: tuple[str, Waiter] | None = None
 
     def take(self, name: str) -> None:
         if self._abandoned:
@@ -53,7 +54,7 @@ class LocalTaker:
         waiter = Waiter(granted.set)
         if self._broker.take_or_queue(name, waiter):
             return
-        self._waiting = waiter
+        self._waiting = (name, waiter)
         try:
             if not self._can_wait and self._broker.full(name):
                 raise LimitError(
@@ -63,8 +64,8 @@ class LocalTaker:
             if not self._abandoned:  # (else abandoned before it got in line)
                 granted.wait()
             if self._abandoned or not waiter.granted:
-                raise _given_up(name, "the vector env closed" if waiter.refused
-                                else "its deadline passed")
+                raise _given_up(name, "its deadline passed" if self._abandoned
+                                else "the vector env closed")
         except BaseException:
             self._give_up(name, waiter)
             raise
@@ -72,10 +73,15 @@ class LocalTaker:
             self._waiting = None
 
     def abandon(self) -> None:
-        """End the wait of the take in progress, and refuse any later one."""
+        """End the wait of the take in progress, and refuse any later one.
+
+        The take leaves the line here, not when its thread wakes: a hold given back meanwhile
+        goes to the next in line, never to a take that was given up (nor counts as taken)."""
         self._abandoned = True
-        waiter = self._waiting
-        if waiter is not None:
+        waiting = self._waiting
+        if waiting is not None:
+            name, waiter = waiting
+            self._broker.withdraw(name, waiter)  # (granted already: its thread gives it back)
             waiter.grant()
 
     async def take_async(self, name: str) -> None:

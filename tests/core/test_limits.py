@@ -25,6 +25,8 @@ import pytest
 from gymnasium import spaces
 
 import aiovec
+from aiovec._limits._broker import Broker
+from aiovec._limits._takers import LocalTaker
 from tests.backends_matrix import DEADLINE_BACKENDS, LOCAL_BACKENDS, WORKER_BACKENDS
 
 pytestmark = pytest.mark.anyio
@@ -204,6 +206,39 @@ async def test_a_take_that_waits_counts_in_the_calls_deadline(
         await envs.step(actions(HOLD_A_WHILE, HOLD_A_WHILE), timeout=60)
         assert envs.statistics().limits["sandbox"].taken == 3
     assert counter.read()[1] == 1
+
+
+def test_a_take_given_up_leaves_the_line_before_its_thread_wakes() -> None:
+    """The thread backend gives up on a sub-env whose take waits (a deadline): the take leaves
+    the line then, so a hold given back before its thread runs again goes to the next in line,
+    and the given-up take is never counted as taken (a race the test above met under load)."""
+    broker = Broker({"sandbox": aiovec.Limit(concurrency=1)})
+    holder, given_up, next_in_line = (LocalTaker(broker) for _ in range(3))
+    holder.take("sandbox")
+    errors: list[Exception] = []
+
+    def wait_in_line(taker: LocalTaker) -> None:
+        try:
+            taker.take("sandbox")
+        except aiovec.LimitError as error:
+            errors.append(error)
+
+    threads = []
+    for position, taker in enumerate([given_up, next_in_line], start=1):
+        threads.append(threading.Thread(target=wait_in_line, args=(taker,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 60
+        while broker.usage()["sandbox"].waiting < position:  # in line, in this order
+            assert time.monotonic() < deadline, "the take never got in line"
+            time.sleep(0.001)
+    given_up.abandon()
+    broker.give_back("sandbox")  # at once, on this thread: the given-up one has not run yet
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    usage = broker.usage()["sandbox"]
+    assert (usage.taken, usage.in_use, usage.waiting) == (2, 1, 0)  # the holder's, the next's
+    assert len(errors) == 1 and "its deadline passed" in str(errors[0])
 
 
 @pytest.mark.parametrize("backend", ["process", "async", "ray"])
