@@ -4,7 +4,8 @@
 #   make test   - set up .venv (first time only), then lint, type-check, package-check, build the
 #                 API reference (docs/, mkdocs) and test: the suite, with beside it the other
 #                 venvs and a smoke run of the benchmark (prints its table, asserts nothing);
-#                 then the serial tests, RLlib's tests in .venv-rllib, and the core tests on the
+#                 then the serial tests, RLlib's tests in .venv-rllib, the agent frameworks'
+#                 (OpenEnv, SkyRL-gym) in .venv-agents, and the core tests on the
 #                 other supported Pythons (OTHER_PYTHONS)
 #   make check  - the development loop: lint, type-check and every test not marked slow
 #   make full   - the suite with every variant of every test, not a covering design of them
@@ -27,7 +28,8 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 STAMP := $(VENV)/.installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 DEMO_STAMP := $(VENV)/.demo-installed-$(DEPENDENCIES)-py$(PYTHON_VERSION)
 
-.PHONY: demo test check full lint typecheck unit unit-parallel unit-serial beside quick rllib package \
+.PHONY: demo test check full lint typecheck unit unit-parallel unit-serial beside quick rllib agents \
+	package \
 	docs bench bench-quick bench-real other-pythons other-venvs soak clean
 
 # A venv on PYTHON at $(VENV), with pip upgraded: made anew if it holds another Python version.
@@ -70,11 +72,13 @@ test: lint typecheck package docs
 		exit $$status
 	$(MAKE) --no-print-directory unit-serial
 	$(MAKE) --no-print-directory rllib
+	$(MAKE) --no-print-directory agents
 	$(MAKE) --no-print-directory other-pythons
 
 # Each a sub-make of one goal, in turn: nothing runs beside another here.
 beside:
 	@mkdir -p build; { nice -n 10 $(MAKE) --no-print-directory $(RLLIB_STAMP) && \
+		nice -n 10 $(MAKE) --no-print-directory $(AGENTS_STAMP) && \
 		nice -n 10 $(MAKE) --no-print-directory other-venvs && \
 		nice -n 10 $(MAKE) --no-print-directory bench-quick; } > $(BESIDE_LOG) 2>&1
 
@@ -152,6 +156,23 @@ $(RLLIB_STAMP):
 
 rllib: $(RLLIB_STAMP)
 	AIOVEC_RLLIB_TESTS=1 $(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/rllib
+
+# The agent frameworks aiovec adapts (aiovec.openenv, aiovec.skyrl), pinned, in a venv of their
+# own (OpenEnv brings FastAPI, Gradio and an MCP server; SkyRL-gym pandas): tests/agents runs
+# their own envs, and a real OpenEnv server it starts, under aiovec.
+AGENTS_VENV := .venv-agents
+AGENTS_STAMP := $(AGENTS_VENV)/.agents-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+$(AGENTS_STAMP):
+	$(PYTHON) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AGENTS_VENV)/bin/python $(PIP_INSTALL) openenv-core==0.3.0 skyrl-gym==0.4.0 \
+		pytest pytest-timeout pytest-asyncio trio uvloop httpx -e .
+	rm -f $(AGENTS_VENV)/.agents-installed-*
+	touch $(AGENTS_STAMP)
+
+agents: $(AGENTS_STAMP)
+	AIOVEC_AGENT_TESTS=1 $(AGENTS_VENV)/bin/python -m pytest -p no:cacheprovider tests/agents
 
 # Build the wheel and sdist, then import aiovec from the wheel alone: packaging cannot rot.
 package: $(STAMP)
@@ -236,4 +257,4 @@ other-python-%: .venv-%/.installed-$(DEPENDENCIES)
 		-m "$(OTHER_MARKS) and serial" $(OTHER_LOOPS) $(OTHER_TESTS)
 
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) .venv-3.* dist build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(RLLIB_VENV) $(AGENTS_VENV) .venv-3.* dist build .mypy_cache .ruff_cache .pytest_cache

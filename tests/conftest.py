@@ -31,6 +31,10 @@ collect_ignore = ["core/test_except_star.py"] if sys.version_info < (3, 11) else
 # sets AIOVEC_RLLIB_TESTS=1 (part of `make test`).
 if os.environ.get("AIOVEC_RLLIB_TESTS") != "1":
     collect_ignore.append("rllib")
+# The agent frameworks' tests need them installed: `make agents` (part of `make test`), in
+# .venv-agents, sets AIOVEC_AGENT_TESTS=1.
+if os.environ.get("AIOVEC_AGENT_TESTS") != "1":
+    collect_ignore.append("agents")
 
 
 def pytest_configure(config: pytest.Config) -> None:

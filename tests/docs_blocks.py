@@ -2,7 +2,8 @@
 
 A block may carry an HTML comment on the line above its fence, ``<!-- docs-test: TAG ... -->``,
 saying what it needs: ``slow`` (a long run), ``ray`` (joins the test session's Ray runtime),
-``rllib`` (runs in RLlib's own venv, by tests/rllib).
+``rllib`` (runs in RLlib's own venv, by tests/rllib), ``agents`` (needs OpenEnv and
+SkyRL-gym: runs in their venv, by tests/agents).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The documents whose code blocks must run: the README and every page of the docs site.
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 #: What a ``docs-test`` comment may ask for.
-TAGS = frozenset({"slow", "ray", "rllib"})
+TAGS = frozenset({"slow", "ray", "rllib", "agents"})
 #: A block's time budget: a fresh interpreter, its workers and a short run, on a loaded machine.
 BLOCK_TIMEOUT = 180
 

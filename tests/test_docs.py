@@ -1,7 +1,8 @@
 """The README and the user guide say what runs: every python block runs as a script, as a
 reader would paste it, and every relative link points to a file that exists.
 
-RLlib's blocks run in RLlib's own venv, by tests/rllib/test_docs_rllib.py (``make rllib``).
+RLlib's blocks run in RLlib's own venv, by tests/rllib/test_docs_rllib.py (``make rllib``); those
+of the agent frameworks in theirs, by tests/agents/test_docs_agents.py (``make agents``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _marks(block: Block) -> list[pytest.MarkDecorator]:
 @pytest.mark.timeout(BLOCK_TIMEOUT + 30)  # the block's own limit fires first, with its output
 @pytest.mark.parametrize(
     "block", [pytest.param(block, id=block.id, marks=_marks(block))
-              for block in BLOCKS if "rllib" not in block.tags])
+              for block in BLOCKS if not block.tags & {"rllib", "agents"}])
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     # The block's ray.init(address="auto") joins this session's runtime by its address.
     run_block(block, tmp_path, joining_environment() if "ray" in block.tags else {})
@@ -50,6 +51,8 @@ def test_blocks_are_found_and_tagged_correctly() -> None:
         assert block.tags <= TAGS, f"{block.id}: unknown docs-test tags {block.tags - TAGS}"
     if any("rllib" in block.tags for block in BLOCKS):  # run there, in RLlib's venv
         assert (ROOT / "tests" / "rllib" / "test_docs_rllib.py").exists()
+    if any("agents" in block.tags for block in BLOCKS):  # run there, in the frameworks' venv
+        assert (ROOT / "tests" / "agents" / "test_docs_agents.py").exists()
     for path in DOCUMENTS:
         for line_number, line in enumerate(path.read_text().splitlines(), start=1):
             if "docs-test:" in line:

@@ -182,3 +182,14 @@ def test_agent_rollouts_example_masks_lost_members_and_leaks_no_lease(loop: str)
     # About a fifth of the episodes are lost (3 tool calls each at 7 %): some certainly are.
     assert lost > 0 and scored <= 8 * groups and scored + lost <= ended, out
     assert left == 0, out  # every sandbox lease deleted, by its env or its cleanup
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_per_request_example_counts_every_episode_both_ways(loop: str) -> None:
+    out = run_example(str(EXAMPLES / "per_request.py"), "--num-envs", "16", "--episodes", "60",
+                      "--batch-size", "4", "--loop", loop)
+    lines = re.findall(r"([\d.]+) episodes/s  \(finished (\d+), lost (\d+)\)", out)
+    assert len(lines) == 2, out  # the per-request loop, then the batch loop
+    for rate, finished, lost in lines:
+        assert float(rate) > 0 and int(finished) + int(lost) >= 60, out
+    assert "per request (follow=True)" in out

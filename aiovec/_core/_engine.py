@@ -177,6 +177,8 @@ class Engine:
         #: Set (and dropped) when the claim is released, a remake ends, or first-ready
         #: sub-envs are aborted: what ``_until_changed`` awaits.
         self._changed: anyio.Event | None = None
+        #: Set (and dropped) by each ``send`` and by ``close``: what ``until_owed`` awaits.
+        self._sent: anyio.Event | None = None
 
     def close(self) -> None:
         """Closed from now on (``aclose``, before the backend closes): the call in flight
@@ -186,6 +188,7 @@ class Engine:
         if in_flight is not None and in_flight.pending is not None:
             in_flight.pending.abort()  # its task wakes up to a ClosedError
         self.signal_changed()  # a recv waiting for a call to end wakes up to a ClosedError
+        self._signal_sent()  # and batches(follow=True) waiting for a send, to its end
         if self.first_ready is not None:
             self.first_ready.arrivals.wake()
         self.drop_buffers()
@@ -292,6 +295,23 @@ class Engine:
         if changed is not None:
             self._changed = None
             changed.set()
+
+    def _signal_sent(self) -> None:
+        sent = self._sent
+        if sent is not None:
+            self._sent = None
+            sent.set()
+
+    async def until_owed(self) -> None:
+        """Return once a result is owed (a ``send`` was made), or raise ``ClosedError`` once
+        the vector env closes: ``batches(follow=True)`` while every row waits on the caller."""
+        while True:
+            self.check_open("batches")
+            if self.first_ready:
+                return
+            if self._sent is None:
+                self._sent = anyio.Event()
+            await self._sent.wait()
 
     async def _until_changed(self) -> None:
         """Return at the next ``_unblocked`` (the caller checked, with no await since, that
@@ -818,6 +838,7 @@ class Engine:
             sent = first.enqueue(ids, payloads, seconds, self.checkers.single_action_space
                                  if backend.takes_action_batches else None)
             self._dispatch_queued(raising=sent)
+            self._signal_sent()
             return
         if episodes.active:
             episodes.ship(np.asarray(ids), backend)
@@ -826,6 +847,8 @@ class Engine:
         first.sent(pending, deadline, seconds)
         if first.receiving:  # a recv waiting meanwhile: a new deadline, a new reply to read
             first.arrivals.wake()
+        if self._sent is not None:
+            self._signal_sent()
 
     def _dispatch_queued(self, raising: QueuedSend | None = None) -> None:
         """Submit queued sub-envs, oldest first, as far as the in-flight cap leaves room; each

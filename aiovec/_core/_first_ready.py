@@ -30,7 +30,7 @@ from gymnasium import Space
 from aiovec._core._backend import Arrivals, Pending
 from aiovec._core._batching import take_rows
 from aiovec._core._requests import NO_REPLY
-from aiovec._exceptions import NothingSentError
+from aiovec._exceptions import ClosedError, NothingSentError
 
 __all__ = ["REFUSED", "FirstReady", "QueuedSend", "Restarted", "StepBatch", "received_batches"]
 
@@ -257,14 +257,27 @@ Batch = TypeVar("Batch")
 
 
 async def received_batches(receive: Callable[[], Awaitable[Batch]],
-                           owing: Callable[[], bool]) -> AsyncIterator[Batch]:
+                           owing: Callable[[], bool],
+                           until_owed: Callable[[], Awaitable[None]] | None = None,
+                           ) -> AsyncIterator[Batch]:
     """``batches``: ``receive()`` while ``owing()``; the end, quietly, when what was left
-    was aborted while it waited."""
-    while owing():
+    was aborted while it waited. With ``until_owed`` (``follow=True``), owing nothing waits
+    for the next send instead, and the vector env's closing is the end."""
+    while True:
         try:
+            if not owing():
+                if until_owed is None:
+                    return
+                await until_owed()
             batch = await receive()
         except NothingSentError:
             if owing():
+                raise
+            if until_owed is None:
+                return
+            continue  # what was owed was aborted: wait for the next send
+        except ClosedError:
+            if until_owed is None:
                 raise
             return
         yield batch

@@ -521,18 +521,26 @@ class AsyncVectorEnv:
         return await self._engine.recv(bounds)
 
     async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
-                      wait: float | None = None) -> AsyncIterator[StepBatch]:
+                      wait: float | None = None, follow: bool = False,
+                      ) -> AsyncIterator[StepBatch]:
         """``recv`` batches (same arguments) as they complete, until nothing sent is left to
         receive.
 
         ``async for batch in envs.batches(): envs.send(policy(batch.observations),
         batch.env_ids)`` keeps every sub-env busy; stop sending to end the loop.
+
+        ``follow=True`` is for a loop that sends each row's action from a task of its own,
+        as its reply lands (one request per row to a continuously batching server): owing
+        nothing, it waits for the next ``send`` instead of ending (every row may be waiting
+        on the server); it ends when the vector env closes, or when you leave the loop.
         """
+        self._engine.check_not_closed("batches")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
         async for batch in received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
-                                  wait=wait), self._engine.owing):
+                                  wait=wait), self._engine.owing,
+                self._engine.until_owed if follow else None):
             yield batch
 
     @property

@@ -386,14 +386,18 @@ class AsyncParallelVectorEnv:
                                  batch.env_ids)
 
     async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
-                      wait: float | None = None) -> AsyncIterator[ParallelStepBatch]:
-        """``recv`` batches as they complete, until nothing sent is left to receive."""
+                      wait: float | None = None, follow: bool = False,
+                      ) -> AsyncIterator[ParallelStepBatch]:
+        """``recv`` batches as they complete, until nothing sent is left to receive (with
+        ``follow=True``, until the vector env closes); see ``AsyncVectorEnv.batches``."""
         env = self._env
+        env._engine.check_not_closed("batches")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=env.batch_size,
                           num_envs=env.num_envs)
         async for batch in received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
-                                  wait=wait), env._engine.owing):
+                                  wait=wait), env._engine.owing,
+                env._engine.until_owed if follow else None):
             yield batch
 
     def abort(self, env_ids: Any) -> None:
