@@ -40,6 +40,13 @@ def _close_env(env: Any) -> None:
     env.close()
 
 
+def _releases_something(env: Any) -> bool:
+    """Whether the env's ``close`` is its own, not SkyRL's base classes' (which do nothing):
+    only then is it worth a registered cleanup (a message to the keeper per episode)."""
+    owner = next((klass for klass in type(env).__mro__ if "close" in vars(klass)), object)
+    return not owner.__module__.startswith(("skyrl_gym.core", "skyrl_gym.envs.base_text_env"))
+
+
 class SkyRLEnv(gym.Env[Chat, str]):
     """One SkyRL-gym env per episode, made from the row in the reset's ``options``.
 
@@ -51,10 +58,10 @@ class SkyRLEnv(gym.Env[Chat, str]):
     ``metadata``; the last one also its ``get_metrics()``.
 
     The SkyRL env is closed when its episode ends, when the next reset replaces it, and when
-    this sub-env closes; if the process hosting it dies first, its ``close`` runs all the same,
-    a registered cleanup (``aiovec.register_cleanup``), on a copy of it on the process
-    backend (an env that does not pickle, as SkyRL's text2sql and search, is closed where it
-    runs only).
+    this sub-env closes; if the process hosting it dies first, an env with a ``close`` of its
+    own (not SkyRL's base one, which does nothing) is closed all the same, by a registered
+    cleanup (``aiovec.register_cleanup``), on a copy of it on the process backend (an env
+    that does not pickle, as SkyRL's text2sql and search, is closed where it runs only).
     """
 
     def __init__(self, env_class: str | EnvMaker | None = None, *, env_config: Any = None,
@@ -88,7 +95,8 @@ class SkyRLEnv(gym.Env[Chat, str]):
         self._session.close()
         env = self._make(options)
         # Its close is its cleanup too: an env holding a sandbox or a session releases it there.
-        self._session.adopt(env, _close_env, functools.partial(_close_env, env))
+        self._session.adopt(env, _close_env, functools.partial(_close_env, env)
+                            if _releases_something(env) else None)
         chat, metadata = env.init(list(options["prompt"]))
         self._chat = list(chat)
         return list(self._chat), {"metadata": metadata}
