@@ -84,6 +84,7 @@ from aiovec._exceptions import (
     ClosedError,
     EnvTimeoutError,
     NothingSentError,
+    NotStartedError,
     ResetNeededError,
     SubEnvErrorGroup,
 )
@@ -305,6 +306,9 @@ class Engine:
     async def until_owed(self) -> None:
         """Return once a result is owed (a ``send`` was made), or raise ``ClosedError`` once
         the vector env closes: ``batches(follow=True)`` while every row waits on the caller."""
+        if self.first_ready is None:
+            raise NotStartedError("nothing can be sent before the sub-envs run: use `async "
+                                  "with` (or `await envs.start()`) and reset first")
         while True:
             self.check_open("batches")
             if self.first_ready:
