@@ -4,8 +4,8 @@ process (a container, a sandbox) released by a registered cleanup if the process
 
 The rule every adapter follows: open, register the cleanup (``aiovec.register_cleanup``);
 close, then discard the registration. On the process backend a registration pickles its
-cleanup (the supervisor runs it after a SIGKILL); one that does not pickle runs where the
-sub-env runs only.
+cleanup (the supervisor runs it after a SIGKILL); one that does not pickle is not registered
+there, and only the adapter's own close releases what it holds.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aiovec._core._cleanups import CleanupHandle, register_cleanup
+from aiovec._core._cleanups import CLEANUP_TIMEOUT, CleanupHandle, register_cleanup
 
 __all__ = ["Session"]
 
 logger = logging.getLogger("aiovec")
+
+#: Seconds an adapter's own close may take (as long as a registered cleanup may).
+CLOSE_TIMEOUT = CLEANUP_TIMEOUT
 
 
 class Session:
@@ -43,8 +46,9 @@ class Session:
             return
         try:
             self._handle = register_cleanup(self._owner, cleanup)
-        except TypeError:  # a worker's, and it does not pickle: it runs where it runs only
-            logger.debug("aiovec: the cleanup of %s does not pickle: run by its sub-env only",
+        except TypeError:  # a worker's, and it does not pickle: nothing is registered, and
+            # only the adapter's own close releases it
+            logger.debug("aiovec: the cleanup of %s does not pickle: not registered",
                          type(thing).__name__)
 
     def _take(self) -> tuple[Any, Callable[[Any], Any], CleanupHandle | None] | None:
@@ -53,27 +57,32 @@ class Session:
         return None if thing is None or close is None else (thing, close, handle)
 
     def close(self) -> None:
-        """Close what is open (a synchronous ``close``), then forget its registration."""
+        """Close what is open (a synchronous ``close``); once that succeeded, forget its
+        registration (if it raised, the registered cleanup still runs)."""
         taken = self._take()
         if taken is None:
             return
         thing, close, handle = taken
-        try:
-            close(thing)
-        finally:
-            if handle is not None:
-                handle.discard()
+        close(thing)
+        if handle is not None:
+            handle.discard()
 
     async def aclose(self) -> None:
-        """``close`` for a ``close`` that may be a coroutine function."""
+        """``close`` for a ``close`` that may be a coroutine function: shielded from
+        cancellation (a session left half-closed would hold its server's slot) and bounded
+        by ``CLOSE_TIMEOUT``; one that overran keeps its registered cleanup."""
+        import anyio  # here: a synchronous adapter's worker never needs it
+
         taken = self._take()
         if taken is None:
             return
         thing, close, handle = taken
-        try:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT) as bound:
             closing = close(thing)
             if inspect.isawaitable(closing):
                 await closing
-        finally:
-            if handle is not None:
-                handle.discard()
+        if bound.cancelled_caught:
+            logger.warning("aiovec: closing %s took over %s s: left to its cleanup",
+                           type(thing).__name__, CLOSE_TIMEOUT)
+        elif handle is not None:
+            handle.discard()

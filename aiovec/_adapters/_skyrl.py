@@ -43,8 +43,9 @@ def _close_env(env: Any) -> None:
 def _releases_something(env: Any) -> bool:
     """Whether the env's ``close`` is its own, not SkyRL's base classes' (which do nothing):
     only then is it worth a registered cleanup (a message to the keeper per episode)."""
-    owner = next((klass for klass in type(env).__mro__ if "close" in vars(klass)), object)
-    return not owner.__module__.startswith(("skyrl_gym.core", "skyrl_gym.envs.base_text_env"))
+    owner = next((klass for klass in type(env).__mro__ if "close" in vars(klass)), None)
+    return owner is not None and not owner.__module__.startswith(
+        ("skyrl_gym.core", "skyrl_gym.envs.base_text_env"))
 
 
 class SkyRLEnv(gym.Env[Chat, str]):

@@ -534,7 +534,7 @@ class AsyncVectorEnv:
         nothing, it waits for the next ``send`` instead of ending (every row may be waiting
         on the server); it ends when the vector env closes, or when you leave the loop.
         """
-        self._engine.check_not_closed("batches")
+        self._engine.check_not_closed("receive batches from")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
         async for batch in received_batches(

@@ -107,12 +107,14 @@ class Broker:
 
     def take_or_queue(self, name: str, waiter: Waiter) -> bool:
         """Take ``name`` now (True), or put ``waiter`` in its line (False: ``grant`` follows,
-        unless it is withdrawn first)."""
+        unless it is withdrawn first; a waiter withdrawn already never gets in line)."""
         pool = self._pool(name)
         now = time.monotonic()
         with self._lock:
             if self._closed:
                 raise LimitError(f"cannot take limit {name!r}: the vector env is closed")
+            if waiter.refused:  # given up before it got here: nothing to take or wait for
+                return False
             due = math.inf if pool.line else pool.room(now)
             if due == 0.0:
                 pool.take(None, now)
@@ -132,8 +134,10 @@ class Broker:
                 return False
             if waiter.refused:  # out of line already
                 return True
+            waiter.refused = True  # out of line for good: a second withdrawal finds it so
+            if waiter not in pool.line:  # not in line yet: take_or_queue will refuse it
+                return True
             pool.line.remove(waiter)
-            waiter.refused = True  # out of line: a second withdrawal finds it so
             grants, due = self._grant(pool)  # it may have been the head, held back by a rate
         self._deliver(name, grants, due)
         return True

@@ -52,10 +52,10 @@ class LocalTaker:
             raise _given_up(name, "its deadline passed")
         granted = threading.Event()
         waiter = Waiter(granted.set)
-        if self._broker.take_or_queue(name, waiter):
-            return
-        self._waiting = (name, waiter)
+        self._waiting = (name, waiter)  # first: an abandon from now on withdraws it
         try:
+            if self._broker.take_or_queue(name, waiter):
+                return
             if not self._can_wait and self._broker.full(name):
                 raise LimitError(
                     f"limit {name!r} is fully held, and a sub-env on the inline backend cannot "

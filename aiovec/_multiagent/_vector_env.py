@@ -391,7 +391,7 @@ class AsyncParallelVectorEnv:
         """``recv`` batches as they complete, until nothing sent is left to receive (with
         ``follow=True``, until the vector env closes); see ``AsyncVectorEnv.batches``."""
         env = self._env
-        env._engine.check_not_closed("batches")
+        env._engine.check_not_closed("receive batches from")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=env.batch_size,
                           num_envs=env.num_envs)
         async for batch in received_batches(

@@ -326,7 +326,7 @@ class AsyncRemoteVectorEnv:
     async def batches(self, *, batch_size: int | None = None, min_size: int | None = None,
                       wait: float | None = None) -> AsyncIterator[StepBatch]:
         """``recv`` batches (same arguments) as they complete, until nothing sent is left to
-        receive (as ``AsyncVectorEnv.batches``)."""
+        receive (as ``AsyncVectorEnv.batches``, whose ``follow`` mode it has not yet)."""
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
         while self._owed:

@@ -44,6 +44,11 @@ def openenv_envs(server: OpenEnvServer, num_envs: int) -> list[Any]:
     return [functools.partial(OpenEnvEnv, server.url)] * num_envs
 
 
+def one_worker_each(backend: str) -> dict[str, Any]:
+    """A worker per sub-env on the process backend: a restart is the failed one's only."""
+    return {"num_workers": 2} if backend == "process" else {}
+
+
 def on_trio_async(backend: str) -> bool:
     return backend == "async" and sniffio.current_async_library() == "trio"
 
@@ -98,14 +103,14 @@ async def test_a_server_error_names_its_sub_env_and_a_restart_opens_a_new_sessio
         assert isinstance(error, aiovec.SubEnvError) and error.env_id == 1
         assert "the tool crashed in task 100" in str(error.__cause__)
     async with aiovec.AsyncVectorEnv(openenv_envs(openenv_server, 2), backend=backend,
-                                     episode_options=Tasks(), timeout=60,
-                                     restart=True) as envs:
+                                     episode_options=Tasks(), timeout=60, restart=True,
+                                     **one_worker_each(backend)) as envs:
         await envs.reset(seed=0)
         _, _, _, truncations, infos = await envs.step([{"guess": -1}, {"guess": -7}])
         assert infos["_restart"].tolist() == [False, True] and truncations.tolist() == [
             False, True]
         assert infos["episode_options"][1] == {"task": 100}  # the lost episode's task
-        obs, *_ = await envs.step([{"guess": -1}, {"guess": -1}])
+        obs, *_ = await envs.step([{"guess": -1}, {"guess": -1}])  # 1 resets (next-step mode)
         assert obs[1]["task"] == 101  # the restarted sub-env plays its next task
     wait_until(lambda: openenv_server.sessions() == 0, 60, "the sessions to end")
 
@@ -119,12 +124,16 @@ async def test_a_step_past_its_deadline_costs_its_session_and_leaks_none(
     if on_trio_async(backend):
         return
     async with aiovec.AsyncVectorEnv(openenv_envs(openenv_server, 2), backend=backend,
-                                     episode_options=Tasks(), restart=True) as envs:
+                                     episode_options=Tasks(), restart=True,
+                                     **one_worker_each(backend)) as envs:
         await envs.reset(seed=0)
         _, _, _, _, infos = await envs.step([{"guess": -1}, {"guess": -8}], timeout=1.0)
         assert infos["_restart"].tolist() == [False, True]
-        obs, rewards, *_ = await envs.step([{"guess": 0}, {"guess": 101}], timeout=60)
-        assert rewards.tolist() == [1.0, 1.0] and obs[1]["task"] == 101
+        # Sub-env 0 guesses right; the restarted 1 resets (next-step mode) on a new session.
+        obs, rewards, *_ = await envs.step([{"guess": 0}, {"guess": -1}], timeout=60)
+        assert rewards.tolist() == [1.0, 0.0] and obs[1]["task"] == 101
+        _, rewards, *_ = await envs.step([{"guess": -1}, {"guess": 101}], timeout=60)
+        assert rewards.tolist() == [0.0, 1.0]
         await anyio.to_thread.run_sync(wait_until, lambda: openenv_server.sessions() == 2, 60,
                                        "the cut session to end")
     wait_until(lambda: openenv_server.sessions() == 0, 60, "the sessions to end")
@@ -149,6 +158,10 @@ async def test_a_killed_worker_costs_its_sessions_and_leaks_none(
                 break
             assert time.monotonic() - started < 60
         assert infos["_restart"].sum() == 2
-        await anyio.to_thread.run_sync(wait_until, lambda: openenv_server.sessions() == 4, 60,
+        # The server ended the dead worker's sessions; the remade sub-envs open theirs as
+        # they reset (their next step, in next-step mode).
+        await anyio.to_thread.run_sync(wait_until, lambda: openenv_server.sessions() == 2, 60,
                                        "the dead worker's sessions to end")
+        await envs.step([{"guess": -1}] * 4)
+        assert openenv_server.sessions() == 4
     wait_until(lambda: openenv_server.sessions() == 0, 60, "the sessions to end")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import aiovec
+import aiovec.testing
 from tests.backends_matrix import LOCAL_BACKENDS
 from tests.envs import task_envs
 
@@ -95,4 +96,45 @@ async def test_an_aborted_row_is_forgotten_and_the_loop_waits_on(
                 await anyio.wait_all_tasks_blocked()
                 assert received == []
                 envs.send(np.array([0]), [1])
+        assert received == [1]
+
+
+class GateEnv(aiovec.AsyncEnv[np.ndarray, int]):
+    """Action 1 steps at once; action 0 waits until cancelled (a call still out)."""
+
+    observation_space = aiovec.testing.CountingEnv.observation_space
+    action_space = aiovec.testing.CountingEnv.action_space
+
+    async def reset(self, *, seed: int | None = None,
+                    options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        return np.zeros(2, np.int64), {}
+
+    async def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if action == 0:
+            await anyio.sleep_forever()
+        return np.ones(2, np.int64), 1.0, False, False, {}
+
+
+async def test_a_row_aborted_while_the_loop_waits_for_it_leaves_the_loop_waiting(
+        no_leaks: None) -> None:
+    """The loop waits inside ``recv`` for sub-env 0's result; 0 is aborted: nothing is owed
+    any more, and the loop waits for the next send instead of ending."""
+    async with aiovec.AsyncVectorEnv([GateEnv] * 2, backend="async", timeout=60) as envs:
+        await envs.reset(seed=0)
+        received: list[int] = []
+
+        async def follow() -> None:
+            async for batch in envs.batches(min_size=1, follow=True):
+                received.extend(batch.env_ids.tolist())
+                return
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tasks:
+                envs.send(np.array([0]), [0])
+                tasks.start_soon(follow)
+                await anyio.wait_all_tasks_blocked()  # it waits in recv, for sub-env 0
+                envs.abort([0])
+                await anyio.wait_all_tasks_blocked()  # and, owing nothing, for a send
+                assert received == []
+                envs.send(np.array([1]), [1])
         assert received == [1]
