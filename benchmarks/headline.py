@@ -4,8 +4,8 @@
   README.md and the benchmarks guide (``docs/guide/benchmarks.md``) between ``BEGIN``/``END``.
 - The agentic table: the full runs of ``agentic.py`` in ``AGENTIC_RUNS``, held by README.md and
   the agentic guide (``docs/guide/agentic.md``) between ``AGENTIC_BEGIN``/``_END``.
-- The faults table: the full run of ``agentic_faults.py`` (``FAULTS``), held by the same two
-  documents between ``FAULTS_BEGIN``/``_END``.
+- The faults table: the full runs of ``agentic_faults.py`` in ``FAULTS_RUNS``, held by the same
+  two documents between ``FAULTS_BEGIN``/``_END``.
 - The 1 s faults table: the full runs of ``agentic_faults.py --deadline 1`` in
   ``FAULTS_1S_RUNS``, held by the agentic guide between ``FAULTS_1S_BEGIN``/``_END``.
 
@@ -20,6 +20,7 @@ never disagree. After a new run of ``real_envs.py`` or ``agentic.py``, list its 
 
 from __future__ import annotations
 
+import functools
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -45,8 +46,10 @@ AGENTIC_BEGIN = ("<!-- agentic table: written by benchmarks/headline.py from "
                  "benchmarks/results/agentic.md -->")
 AGENTIC_END = "<!-- end of the agentic table -->"
 FAULTS = HERE / "results" / "agentic_faults.md"
+#: The reports of full runs of ``agentic_faults.py`` (10 s deadlines), oldest first.
+FAULTS_RUNS = [FAULTS, HERE / "results" / "agentic_faults_run2.md"]
 FAULTS_BEGIN = ("<!-- faults table: written by benchmarks/headline.py from "
-                "benchmarks/results/agentic_faults.md -->")
+                "benchmarks/results/agentic_faults.md and _run2.md -->")
 FAULTS_END = "<!-- end of the faults table -->"
 #: The reports of full runs of ``agentic_faults.py --deadline 1``, oldest first.
 FAULTS_1S_RUNS = [HERE / "results" / name for name in (
@@ -56,7 +59,7 @@ FAULTS_1S_BEGIN = ("<!-- 1 s faults table: written by benchmarks/headline.py fro
                    "benchmarks/results/agentic_faults_deadline_1s*.md -->")
 FAULTS_1S_END = "<!-- end of the 1 s faults table -->"
 #: The columns of those reports the guide shows.
-FAULTS_1S_COLUMNS = ("goodput", "% of X*·P(ok)", "lost (reported lost)", "misreported",
+FAULTS_COLUMNS = ("goodput", "% of X*·P(ok)", "lost (reported lost)", "misreported",
                      "orphaned leases", "leaked after SIGINT", "leaked after SIGKILL",
                      "orchestrator CPU")
 #: The columns of the agentic report the documents show.
@@ -193,28 +196,8 @@ def render_agentic(runs: Sequence[Path] = AGENTIC_RUNS) -> str:
                       *textwrap.wrap(caption, 96, break_on_hyphens=False)])
 
 
-def render_faults(path: Path = FAULTS) -> str:
-    """The faults table: the report's measured table as it is, its X*, its target checks and
-    the machine."""
-    report = path.read_text()
-    workload = report.split("\n## Workload: ", 1)[1]
-    table = [line for line in workload.split("\n## ", 1)[0].splitlines()
-             if line.startswith("|")]
-    bound = next(line for line in workload.splitlines() if line.startswith("X* = "))
-    checks = report.split("## Target checks", 1)[1].split("```")[1].strip("\n")
-    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    caption = (
-        f"Workload: {workload.splitlines()[0]}. {bound.rstrip(':')}. Each figure is the "
-        f"median of the run's interleaved repeats, counts summed over them (`{name}`, which "
-        f"has the formulas). Machine: {_stated([report], 'machine')}. Software: "
-        f"{_stated([report], 'versions')}. Method: {_stated([report], 'method')}. Date: "
-        f"{_stated([report], 'date')}.")
-    return "\n".join([*table, "", "```", checks, "```", "",
-                      *textwrap.wrap(caption, 96, break_on_hyphens=False)])
-
-
 def render_fault_runs(runs: Sequence[Path] = FAULTS_1S_RUNS,
-                      columns: Sequence[str] = FAULTS_1S_COLUMNS) -> str:
+                      columns: Sequence[str] = FAULTS_COLUMNS) -> str:
     """The faults table over several runs of one deadline: a row per contender (as the
     first run lists them), each cell the range over ``runs``; each run's target checks and
     the machine."""
@@ -251,7 +234,8 @@ def _bound(section: str) -> str | None:
 BLOCKS: list[tuple[tuple[str, str], Callable[[], str], list[Path]]] = [
     ((BEGIN, END), render, DOCUMENTS),
     ((AGENTIC_BEGIN, AGENTIC_END), render_agentic, AGENTIC_DOCUMENTS),
-    ((FAULTS_BEGIN, FAULTS_END), render_faults, AGENTIC_DOCUMENTS),
+    ((FAULTS_BEGIN, FAULTS_END), functools.partial(render_fault_runs, FAULTS_RUNS),
+     AGENTIC_DOCUMENTS),
     ((FAULTS_1S_BEGIN, FAULTS_1S_END), render_fault_runs, [ROOT / "docs" / "guide" / "agentic.md"])]
 
 
