@@ -159,7 +159,10 @@ rllib: $(RLLIB_STAMP)
 
 # The agent frameworks aiovec adapts (aiovec.openenv, aiovec.skyrl), pinned, in a venv of their
 # own (OpenEnv brings FastAPI, Gradio and an MCP server; SkyRL-gym pandas): tests/agents runs
-# their own envs, and a real OpenEnv server it starts, under aiovec.
+# their own envs, and a real OpenEnv server it starts, under aiovec. Of each test, the variants
+# that meet every value of every parameter (tests/variants.py's `each`): each worker process
+# that hosts an OpenEnv client imports OpenEnv's server side with it, Gradio included (~3-8 s
+# of CPU), so every loop against every backend would take minutes more.
 AGENTS_VENV := .venv-agents
 AGENTS_STAMP := $(AGENTS_VENV)/.agents-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
@@ -172,7 +175,8 @@ $(AGENTS_STAMP):
 	touch $(AGENTS_STAMP)
 
 agents: $(AGENTS_STAMP)
-	AIOVEC_AGENT_TESTS=1 $(AGENTS_VENV)/bin/python -m pytest -p no:cacheprovider tests/agents
+	AIOVEC_VARIANTS=each AIOVEC_AGENT_TESTS=1 $(AGENTS_VENV)/bin/python -m pytest \
+		-p no:cacheprovider tests/agents
 
 # Build the wheel and sdist, then import aiovec from the wheel alone: packaging cannot rot.
 package: $(STAMP)

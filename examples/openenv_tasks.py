@@ -80,7 +80,9 @@ def serve() -> tuple[str, uvicorn.Server, threading.Thread]:
     app = create_app(GuessNumber, Guess, Hint, max_concurrent_envs=64)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # openenv-core 0.3.0's server logs a harmless WebSocketDisconnect traceback each time a
+    # client closes its session (it closes the socket again): errors only, not those.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:  # (a demo: a readiness poll is enough)

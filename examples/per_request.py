@@ -20,6 +20,7 @@ import argparse
 import functools
 import itertools
 import time
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -100,13 +101,15 @@ async def per_request(num_envs: int, episodes: int) -> dict[str, int]:
         async with anyio.create_task_group() as tasks:
             for env_id, prompt in enumerate(observations):
                 tasks.start_soon(request, env_id, prompt)
-            async for batch in envs.batches(min_size=1, follow=True):
-                count(tally, batch)
-                for env_id, prompt in zip(batch.env_ids.tolist(), batch.observations):
-                    tasks.start_soon(request, env_id, prompt)
-                if sum(tally.values()) >= episodes:
-                    tasks.cancel_scope.cancel()  # the requests still out: not needed
-                    break
+            # (aclosing: the loop is left early, and trio wants every async generator closed)
+            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+                async for batch in batches:
+                    count(tally, batch)
+                    for env_id, prompt in zip(batch.env_ids.tolist(), batch.observations):
+                        tasks.start_soon(request, env_id, prompt)
+                    if sum(tally.values()) >= episodes:
+                        tasks.cancel_scope.cancel()  # the requests still out: not needed
+                        break
     return tally
 
 
@@ -117,11 +120,13 @@ async def batch_loop(num_envs: int, episodes: int, batch_size: int) -> dict[str,
         for first in range(0, num_envs, batch_size):
             ids = np.arange(first, min(num_envs, first + batch_size))
             envs.send(await server.complete_batch(list(observations[first:ids[-1] + 1])), ids)
-        async for batch in envs.batches(batch_size=batch_size):
-            count(tally, batch)
-            if sum(tally.values()) >= episodes:
-                break
-            envs.send(await server.complete_batch(list(batch.observations)), batch.env_ids)
+        async with aclosing(envs.batches(batch_size=batch_size)) as batches:
+            async for batch in batches:
+                count(tally, batch)
+                if sum(tally.values()) >= episodes:
+                    break
+                envs.send(await server.complete_batch(list(batch.observations)),
+                          batch.env_ids)
     return tally
 
 

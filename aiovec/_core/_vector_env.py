@@ -6,6 +6,7 @@ import functools
 import math
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -532,16 +533,20 @@ class AsyncVectorEnv:
         ``follow=True`` is for a loop that sends each row's action from a task of its own,
         as its reply lands (one request per row to a continuously batching server): owing
         nothing, it waits for the next ``send`` instead of ending (every row may be waiting
-        on the server); it ends when the vector env closes, or when you leave the loop.
+        on the server); it ends when the vector env closes, or when you leave the loop (in
+        ``async with contextlib.aclosing(envs.batches(...))``, as trio wants of any async
+        generator left early).
         """
         self._engine.check_not_closed("receive batches from")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=self.batch_size,
                           num_envs=self.num_envs)
-        async for batch in received_batches(
+        # Closed with this generator (left early, in aclosing): trio wants every one closed.
+        async with aclosing(received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
                                   wait=wait), self._engine.owing,
-                self._engine.until_owed if follow else None):
-            yield batch
+                self._engine.until_owed if follow else None)) as received:
+            async for batch in received:
+                yield batch
 
     @property
     def max_in_flight(self) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -394,11 +395,13 @@ class AsyncParallelVectorEnv:
         env._engine.check_not_closed("receive batches from")
         check_recv_bounds(batch_size, min_size, wait, default_batch_size=env.batch_size,
                           num_envs=env.num_envs)
-        async for batch in received_batches(
+        # Closed with this generator (left early, in aclosing): trio wants every one closed.
+        async with aclosing(received_batches(
                 functools.partial(self.recv, batch_size=batch_size, min_size=min_size,
                                   wait=wait), env._engine.owing,
-                env._engine.until_owed if follow else None):
-            yield batch
+                env._engine.until_owed if follow else None)) as received:
+            async for batch in received:
+                yield batch
 
     def abort(self, env_ids: Any) -> None:
         """Cancel sub-envs' outstanding first-ready steps; see ``AsyncVectorEnv.abort``."""

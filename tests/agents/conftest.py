@@ -66,3 +66,5 @@ def openenv_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenEnv
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        assert process.stdout is not None
+        process.stdout.close()

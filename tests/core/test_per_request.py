@@ -1,10 +1,12 @@
 """The per-request loop: each row's action is sent from a task of its own as its reply lands
 (one request per row to a continuously batching server), and ``batches(follow=True)``
 receives the results. Owing nothing (every row waiting on the server) it waits for the next
-send instead of ending; it ends when the vector env closes."""
+send instead of ending; it ends when the vector env closes. Left early, it is closed with
+``contextlib.aclosing`` (trio requires it of any async generator)."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -31,12 +33,13 @@ async def test_following_batches_wait_for_sends_while_nothing_is_owed(
 
         async def follow() -> None:
             nonlocal landed
-            async for batch in envs.batches(min_size=1, follow=True):
-                received.extend(batch.env_ids.tolist())
-                landed.set()
-                landed = anyio.Event()
-                if len(received) == 6:
-                    return
+            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+                async for batch in batches:
+                    received.extend(batch.env_ids.tolist())
+                    landed.set()
+                    landed = anyio.Event()
+                    if len(received) == 6:
+                        return
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
@@ -60,8 +63,9 @@ async def test_following_batches_end_when_the_vector_env_closes(
         await envs.reset(seed=0)
 
         async def follow() -> None:
-            async for batch in envs.batches(min_size=1, follow=True):
-                received.append(batch)
+            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+                async for batch in batches:
+                    received.append(batch)
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
@@ -84,9 +88,10 @@ async def test_an_aborted_row_is_forgotten_and_the_loop_waits_on(
         received: list[int] = []
 
         async def follow() -> None:
-            async for batch in envs.batches(min_size=1, follow=True):
-                received.extend(batch.env_ids.tolist())
-                return
+            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+                async for batch in batches:
+                    received.extend(batch.env_ids.tolist())
+                    return
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
@@ -124,9 +129,10 @@ async def test_a_row_aborted_while_the_loop_waits_for_it_leaves_the_loop_waiting
         received: list[int] = []
 
         async def follow() -> None:
-            async for batch in envs.batches(min_size=1, follow=True):
-                received.extend(batch.env_ids.tolist())
-                return
+            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+                async for batch in batches:
+                    received.extend(batch.env_ids.tolist())
+                    return
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
