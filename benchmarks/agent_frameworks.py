@@ -10,7 +10,9 @@ loop on the same env, interleaved.
 - OpenEnv: an env written with OpenEnv's server API (``tests/agents/openenv_server.py``, one
   uvicorn process on 127.0.0.1), 32 sessions, each episode a reset with its task then one
   right guess. OpenEnv's loop is a task per session on its async ``GenericEnvClient``
-  (``reset``, ``step``, again); aiovec's, ``OpenEnvEnv`` sub-envs on the async backend.
+  (``reset``, ``step``, again); aiovec's, ``OpenEnvEnv`` sub-envs on the async backend, in
+  lockstep (``step``: each step waits for its slowest session) and first-ready
+  (``send``/``recv``: each session on its own, as OpenEnv's loop).
 
 No model runs: what is measured is what each loop adds to the env's own cost (for OpenEnv,
 the server's, which both share). Run it in the venv that has both frameworks (``make
@@ -158,12 +160,35 @@ async def _openenv_aiovec(seconds: float, url: str) -> float:
         return episodes / (time.perf_counter() - started)
 
 
+async def _openenv_first_ready(seconds: float, url: str) -> float:
+    """Each session on its own: a row's next guess goes out as soon as its result lands."""
+    numbers = itertools.count()
+    async with aiovec.AsyncVectorEnv(
+            [functools.partial(OpenEnvEnv, url)] * OPENENV_SESSIONS, backend="async",
+            episode_options=lambda env_index: {"task": next(numbers)},
+            autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+        obs, _ = await envs.reset()
+        envs.send([{"guess": row["task"]} for row in obs])
+        episodes, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            batch = await envs.recv(min_size=1)
+            episodes += _count(batch.rewards, batch.terminations)
+            envs.send([{"guess": row["task"]} for row in batch.observations], batch.env_ids)
+        rate = episodes / (time.perf_counter() - started)
+        await envs.recv(batch_size=OPENENV_SESSIONS)  # what is still out
+        return rate
+
+
 def openenv_own(seconds: float, url: str) -> float:
     return asyncio.run(_openenv_own(seconds, url))
 
 
 def openenv_aiovec(seconds: float, url: str) -> float:
     return asyncio.run(_openenv_aiovec(seconds, url))
+
+
+def openenv_first_ready(seconds: float, url: str) -> float:
+    return asyncio.run(_openenv_first_ready(seconds, url))
 
 
 def start_server(ledger: str) -> tuple[subprocess.Popen[str], str]:
@@ -206,7 +231,10 @@ def main() -> None:
                 },
                 "OpenEnv (a served env)": {
                     OPENENV_OWN: functools.partial(openenv_own, seconds, url),
-                    "aiovec await, async": functools.partial(openenv_aiovec, seconds, url),
+                    "aiovec step (lockstep), async": functools.partial(openenv_aiovec, seconds,
+                                                                       url),
+                    "aiovec send/recv (first-ready), async": functools.partial(
+                        openenv_first_ready, seconds, url),
                 },
             }
             samples = {name: [] for group in groups.values() for name in group}
