@@ -145,12 +145,17 @@ async def _openenv_own(seconds: float, url: str) -> float:
     return episodes / (time.perf_counter() - started)
 
 
-async def _openenv_aiovec(seconds: float, url: str) -> float:
+def _openenv_envs(url: str) -> aiovec.AsyncVectorEnv:
+    """``OpenEnvEnv`` sub-envs, a session each, every episode its own task."""
     numbers = itertools.count()
-    async with aiovec.AsyncVectorEnv(
-            [functools.partial(OpenEnvEnv, url)] * OPENENV_SESSIONS, backend="async",
-            episode_options=lambda env_index: {"task": next(numbers)},
-            autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+    return aiovec.AsyncVectorEnv(
+        [functools.partial(OpenEnvEnv, url)] * OPENENV_SESSIONS, backend="async",
+        episode_options=lambda env_index: {"task": next(numbers)},
+        autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+async def _openenv_aiovec(seconds: float, url: str) -> float:
+    async with _openenv_envs(url) as envs:
         obs, _ = await envs.reset()
         episodes, started = 0, time.perf_counter()
         while time.perf_counter() - started < seconds:
@@ -162,11 +167,7 @@ async def _openenv_aiovec(seconds: float, url: str) -> float:
 
 async def _openenv_first_ready(seconds: float, url: str) -> float:
     """Each session on its own: a row's next guess goes out as soon as its result lands."""
-    numbers = itertools.count()
-    async with aiovec.AsyncVectorEnv(
-            [functools.partial(OpenEnvEnv, url)] * OPENENV_SESSIONS, backend="async",
-            episode_options=lambda env_index: {"task": next(numbers)},
-            autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+    async with _openenv_envs(url) as envs:
         obs, _ = await envs.reset()
         envs.send([{"guess": row["task"]} for row in obs])
         episodes, started = 0, time.perf_counter()

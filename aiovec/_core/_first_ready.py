@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -259,7 +259,7 @@ Batch = TypeVar("Batch")
 async def received_batches(receive: Callable[[], Awaitable[Batch]],
                            owing: Callable[[], bool],
                            until_owed: Callable[[], Awaitable[None]] | None = None,
-                           ) -> AsyncIterator[Batch]:
+                           ) -> AsyncGenerator[Batch, None]:
     """``batches``: ``receive()`` while ``owing()``; the end, quietly, when what was left
     was aborted while it waited. With ``until_owed`` (``follow=True``), owing nothing waits
     for the next send instead, and the vector env's closing is the end."""

@@ -6,6 +6,7 @@ send instead of ending; it ends when the vector env closes. Left early, it is cl
 
 from __future__ import annotations
 
+import functools
 from contextlib import aclosing
 from typing import Any
 
@@ -19,6 +20,14 @@ from tests.backends_matrix import LOCAL_BACKENDS
 from tests.envs import task_envs
 
 pytestmark = pytest.mark.anyio
+
+
+async def first_followed_batch(envs: aiovec.AsyncVectorEnv, received: list[int]) -> None:
+    """Follow ``envs.batches`` until its first batch; its sub-envs into ``received``."""
+    async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
+        async for batch in batches:
+            received.extend(batch.env_ids.tolist())
+            return
 
 
 @pytest.mark.parametrize("backend", LOCAL_BACKENDS)
@@ -86,12 +95,7 @@ async def test_an_aborted_row_is_forgotten_and_the_loop_waits_on(
                                      timeout=60) as envs:
         await envs.reset(seed=0)
         received: list[int] = []
-
-        async def follow() -> None:
-            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
-                async for batch in batches:
-                    received.extend(batch.env_ids.tolist())
-                    return
+        follow = functools.partial(first_followed_batch, envs, received)
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
@@ -127,12 +131,7 @@ async def test_a_row_aborted_while_the_loop_waits_for_it_leaves_the_loop_waiting
     async with aiovec.AsyncVectorEnv([GateEnv] * 2, backend="async", timeout=60) as envs:
         await envs.reset(seed=0)
         received: list[int] = []
-
-        async def follow() -> None:
-            async with aclosing(envs.batches(min_size=1, follow=True)) as batches:
-                async for batch in batches:
-                    received.extend(batch.env_ids.tolist())
-                    return
+        follow = functools.partial(first_followed_batch, envs, received)
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tasks:
