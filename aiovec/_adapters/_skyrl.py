@@ -40,12 +40,21 @@ def _close_env(env: Any) -> None:
     env.close()
 
 
+#: Per env class: whether its ``close`` is its own (``_releases_something``).
+_RELEASES: dict[type, bool] = {}
+
+
 def _releases_something(env: Any) -> bool:
     """Whether the env's ``close`` is its own, not SkyRL's base classes' (which do nothing):
-    only then is it worth a registered cleanup (a message to the keeper per episode)."""
-    owner = next((klass for klass in type(env).__mro__ if "close" in vars(klass)), None)
-    return owner is not None and not owner.__module__.startswith(
-        ("skyrl_gym.core", "skyrl_gym.envs.base_text_env"))
+    only then is it worth a registered cleanup (a message to the keeper per episode). Asked
+    once per class, not per episode."""
+    env_class: type = type(env)
+    known = _RELEASES.get(env_class)
+    if known is None:
+        owner = next((klass for klass in env_class.__mro__ if "close" in vars(klass)), None)
+        known = _RELEASES[env_class] = owner is not None and not owner.__module__.startswith(
+            ("skyrl_gym.core", "skyrl_gym.envs.base_text_env"))
+    return known
 
 
 class SkyRLEnv(gym.Env[Chat, str]):
